@@ -1,0 +1,3 @@
+"""The TLKV conformance suite's pytest configuration: everything lives in harness.plugin."""
+
+pytest_plugins = ["harness.plugin"]

@@ -1,0 +1,40 @@
+"""Adapters: the three ways the suite reaches an implementation (docs/contract.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import SuiteUsageError
+from ._base import STATUS_CODES, Adapter, Capability, ImplInfo, PoolHandle, ReadBack
+from ._pymodule import PyModuleAdapter
+from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
+
+
+@dataclass(frozen=True)
+class AdapterSettings:
+    """Run-wide settings the adapters honour."""
+
+    call_timeout: float = 10.0
+    isolation: str = "worker"  # or "inprocess"
+
+
+def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
+    """Connect to the implementation `spec` names; SuiteUsageError (one line) if it cannot."""
+    if spec.kind == "py":
+        return PyModuleAdapter(spec.label, spec.target)
+    raise SuiteUsageError(f"--impl {spec.label}: the {spec.kind} adapter is not available yet")
+
+
+__all__ = [
+    "ACCEPTED_FORMS",
+    "STATUS_CODES",
+    "Adapter",
+    "AdapterSettings",
+    "Capability",
+    "ImplInfo",
+    "ImplSpec",
+    "PoolHandle",
+    "ReadBack",
+    "open_adapter",
+    "parse_impl",
+]

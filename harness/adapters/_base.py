@@ -1,0 +1,119 @@
+"""What every adapter offers the suite: one observable behaviour, whatever the way in."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..oracle import Geometry
+
+STATUS_CODES = ("EINVAL", "ENOMEM", "EFORMAT", "ESHAPE", "ENOTFOUND")
+POOL_DTYPES = ("f16", "f32")
+
+
+@dataclass(frozen=True)
+class ImplInfo:
+    """What an implementation says about itself."""
+
+    read_versions: frozenset[int]
+    write_versions: frozenset[int]
+    pool_dtype: str
+    # What this way in can observe; a case needing more is skipped. See Capability.
+    capabilities: frozenset[str] = field(default_factory=lambda: frozenset(Capability.ALL))
+
+    def describe(self) -> str:
+        def versions(vs: frozenset[int]) -> str:
+            return ",".join(f"v{v}" for v in sorted(vs)) or "none"
+
+        return (
+            f"reads {versions(self.read_versions)}, writes {versions(self.write_versions)}, "
+            f"pool {self.pool_dtype}"
+        )
+
+
+class Capability:
+    """Names of the observations an adapter may or may not offer."""
+
+    HASH = "hash"  # block_hash(parent, tokens)
+    POOL = "pool"  # pools of any geometry and capacity, with write/read/find/release/free count
+    EXPORT = "export"
+    IMPORT = "import"
+    ALL = (HASH, POOL, EXPORT, IMPORT)
+
+
+@dataclass(frozen=True, eq=False)
+class ReadBack:
+    """A block as read back from a pool; values f32 [L][2][Hkv][B][D]."""
+
+    block_hash: int
+    n_tokens: int
+    values: np.ndarray
+
+
+class PoolHandle(abc.ABC):
+    """One pool of the implementation under test. Refusals raise `Refused`."""
+
+    def __init__(self, geometry: Geometry, capacity: int) -> None:
+        self.geometry = geometry
+        self.capacity = capacity
+
+    @property
+    @abc.abstractmethod
+    def dtype(self) -> str: ...
+
+    @abc.abstractmethod
+    def free_blocks(self) -> int: ...
+
+    @abc.abstractmethod
+    def write(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int: ...
+
+    @abc.abstractmethod
+    def read(self, block: int) -> ReadBack: ...
+
+    @abc.abstractmethod
+    def find(self, block_hash: int) -> int: ...
+
+    @abc.abstractmethod
+    def release(self, block: int) -> None: ...
+
+    @abc.abstractmethod
+    def export_bytes(self, n_blocks: int, version: int) -> int: ...
+
+    @abc.abstractmethod
+    def export(self, blocks: list[int], version: int) -> bytes: ...
+
+    @abc.abstractmethod
+    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]: ...
+
+    def close(self) -> None:  # noqa: B027 - most pools need nothing
+        """Give the pool back; the default does nothing."""
+
+    def __enter__(self) -> PoolHandle:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Adapter(abc.ABC):
+    """One implementation reached one way. Created once per run; `close` ends it."""
+
+    # Which vocabulary `Refused.code` uses: the C status names, or gRPC status names.
+    status_domain = "c"
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    @abc.abstractmethod
+    def info(self) -> ImplInfo: ...
+
+    @abc.abstractmethod
+    def block_hash(self, parent: int, tokens: list[int]) -> int: ...
+
+    @abc.abstractmethod
+    def open_pool(self, geometry: Geometry, capacity: int) -> PoolHandle: ...
+
+    def close(self) -> None:  # noqa: B027 - most adapters hold nothing
+        """Release whatever the adapter holds (a worker, a channel)."""

@@ -1,0 +1,20 @@
+"""YAML conformance cases: the file format (case-schema.yaml, docs/cases.md), loading, kinds."""
+
+from ._kinds import KINDS, Case, CaseOrigin, RejectCase
+from ._loader import CaseFile, CaseFileError, load_case_file
+from ._sources import CaseDataError, EnvelopeResolver, mutate, plan_blocks, tokens_of
+
+__all__ = [
+    "KINDS",
+    "Case",
+    "CaseDataError",
+    "CaseFile",
+    "CaseFileError",
+    "CaseOrigin",
+    "EnvelopeResolver",
+    "RejectCase",
+    "load_case_file",
+    "mutate",
+    "plan_blocks",
+    "tokens_of",
+]

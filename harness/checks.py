@@ -1,0 +1,173 @@
+"""Comparisons a case makes, each failing with a message that names what differs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+
+from . import oracle
+from .adapters import PoolHandle, ReadBack
+from .diff import envelope_diff
+from .errors import Refused
+
+T = TypeVar("T")
+MAX_ELEMENTS_SHOWN = 6
+
+
+class CaseFailure(AssertionError):
+    """The implementation's behaviour differs from the expectation; the message says how."""
+
+
+def refused_with(expected: str, call: str, action: Callable[[], T]) -> None:
+    """Run `action`, which must be refused with `expected`."""
+    try:
+        result = action()
+    except Refused as refusal:
+        if refusal.code != expected:
+            raise CaseFailure(
+                f"{call}: refused with {refusal.code}, expected {expected}"
+                + (f" ({refusal.detail})" if refusal.detail else "")
+            ) from None
+        return
+    raise CaseFailure(f"{call}: succeeded (returned {result!r}), expected refusal {expected}")
+
+
+def in_pool_precision(values: np.ndarray, dtype: str) -> np.ndarray:
+    """What a pool of `dtype` reads back for f32 `values`."""
+    values = np.asarray(values, dtype=np.float32)
+    return oracle.round_to_f16(values) if dtype == "f16" else values
+
+
+def _element(shape: tuple[int, ...], flat: int) -> str:
+    layer, kv, head, pos, dim = np.unravel_index(flat, shape)
+    return f"{'KV'[kv]}[layer {layer}][head {head}][pos {pos}][dim {dim}]"
+
+
+def compare_values(expected: np.ndarray, actual: np.ndarray, where: str) -> None:
+    """Bit-exact comparison of f32 values (so -0.0 and NaN payloads count)."""
+    expected_bits = np.ascontiguousarray(expected, dtype=np.float32).view(np.uint32).ravel()
+    actual_bits = np.ascontiguousarray(actual, dtype=np.float32).view(np.uint32).ravel()
+    differing = np.flatnonzero(expected_bits != actual_bits)
+    if not differing.size:
+        return
+    lines = [f"{where}: {differing.size} of {expected_bits.size} values differ"]
+    shape = np.shape(expected)
+    for flat in differing[:MAX_ELEMENTS_SHOWN]:
+        e, a = expected_bits[flat], actual_bits[flat]
+        lines.append(
+            f"  {_element(shape, int(flat))}: expected {float(e.view(np.float32))!r} "
+            f"({int(e):#010x}), got {float(a.view(np.float32))!r} ({int(a):#010x})"
+        )
+    raise CaseFailure("\n".join(lines))
+
+
+def compare_readback(expected: oracle.Block, got: ReadBack, dtype: str, where: str) -> None:
+    if (got.block_hash, got.n_tokens) != (expected.block_hash, expected.n_tokens):
+        raise CaseFailure(
+            f"{where}: read back hash {got.block_hash:#x}, n_tokens {got.n_tokens}; expected "
+            f"hash {expected.block_hash:#x}, n_tokens {expected.n_tokens}"
+        )
+    values = np.array(expected.values, dtype=np.float32)
+    values[..., expected.n_tokens :, :] = 0
+    compare_values(in_pool_precision(values, dtype), got.values, where)
+
+
+def _code_ordinal(codes: np.ndarray) -> np.ndarray:
+    """E4M3 codes on one number line: adjacent representable values differ by 1."""
+    magnitude = (codes & 0x7F).astype(np.int32)
+    return np.where(codes & 0x80, -magnitude, magnitude)
+
+
+def compare_envelopes(expected: bytes, actual: bytes, level: str = "strict") -> None:
+    """Byte-exact, or for v2 at the tolerant level: header, hashes, fills, scales exact, the
+    CRC valid for the bytes written, and each e4m3 element within one code of the expected."""
+    if expected == actual:
+        return
+    if level == "tolerant" and len(expected) == len(actual):
+        problem = _tolerant_problem(expected, actual)
+        if problem is None:
+            return
+        raise CaseFailure(f"v2 (tolerant): {problem}\n{envelope_diff(expected, actual)}")
+    raise CaseFailure(envelope_diff(expected, actual))
+
+
+def _tolerant_problem(expected: bytes, actual: bytes) -> str | None:
+    try:
+        reference = oracle.decode(expected)
+    except oracle.Rejected as exc:
+        return f"the expected envelope is unreadable: {exc}"
+    if reference.version != 2:
+        return "only v2 envelopes compare at the tolerant level"
+    if actual[: oracle.HEADER_SIZE] != expected[: oracle.HEADER_SIZE]:
+        return "the header differs"
+    if oracle.crc32c(actual[: -oracle.CRC_SIZE]) != int.from_bytes(actual[-4:], "little"):
+        return "the CRC-32C trailer does not match the bytes before it"
+    n_codes = reference.geometry.n_elements
+    for record in reference.records:
+        got = actual[
+            record.offset : record.offset + oracle.RECORD_PREFIX_SIZE + len(record.payload)
+        ]
+        want = expected[record.offset : record.offset + len(got)]
+        if got[: oracle.RECORD_PREFIX_SIZE] != want[: oracle.RECORD_PREFIX_SIZE]:
+            return f"block {record.index} hash or n_tokens differs"
+        payload = got[oracle.RECORD_PREFIX_SIZE :]
+        if payload[n_codes:] != record.payload[n_codes:]:
+            return f"block {record.index} scales differ (they must be exact)"
+        steps = np.abs(
+            _code_ordinal(np.frombuffer(payload[:n_codes], dtype=np.uint8))
+            - _code_ordinal(np.frombuffer(record.payload[:n_codes], dtype=np.uint8))
+        )
+        if steps.max(initial=0) > 1:
+            return f"block {record.index} has elements more than one e4m3 code away"
+    return None
+
+
+@dataclass
+class PoolSnapshot:
+    """What a rejected import must leave unchanged."""
+
+    free: int
+    blocks: dict[int, ReadBack] = field(default_factory=dict)
+    registered: dict[int, int | None] = field(default_factory=dict)
+
+
+def _find(pool: PoolHandle, block_hash: int) -> int | None:
+    try:
+        return pool.find(block_hash)
+    except Refused as refusal:
+        if refusal.code in ("ENOTFOUND", "NOT_FOUND"):
+            return None
+        raise
+
+
+def snapshot(pool: PoolHandle, blocks: Iterable[int], hashes: Iterable[int]) -> PoolSnapshot:
+    return PoolSnapshot(
+        free=pool.free_blocks(),
+        blocks={b: pool.read(b) for b in blocks},
+        registered={h: _find(pool, h) for h in hashes if h},
+    )
+
+
+def compare_snapshots(before: PoolSnapshot, after: PoolSnapshot, what: str) -> None:
+    problems = []
+    if after.free != before.free:
+        problems.append(f"free blocks {before.free} before, {after.free} after")
+    for block_hash, held in before.registered.items():
+        now = after.registered.get(block_hash)
+        if now != held:
+            was = "unregistered" if held is None else f"block {held}"
+            problems.append(
+                f"hash {block_hash:#x} was {was}, is now "
+                + ("unregistered" if now is None else f"block {now}")
+            )
+    for block, old in before.blocks.items():
+        new = after.blocks[block]
+        if (old.block_hash, old.n_tokens) != (new.block_hash, new.n_tokens) or not np.array_equal(
+            old.values.view(np.uint32), new.values.view(np.uint32)
+        ):
+            problems.append(f"existing block {block} changed")
+    if problems:
+        raise CaseFailure(f"{what} changed the pool: " + "; ".join(problems))

@@ -1,0 +1,32 @@
+"""The harness's own exceptions: what went wrong, and whose fault it was."""
+
+from __future__ import annotations
+
+
+class SuiteUsageError(Exception):
+    """Bad input to the suite itself (an --impl string, a case file, a profile): one line."""
+
+
+class Refused(Exception):
+    """The implementation refused a call with a status (EFORMAT, DATA_LOSS, ...)."""
+
+    def __init__(self, code: str, call: str, detail: str = "") -> None:
+        super().__init__(f"{call} refused with {code}" + (f": {detail}" if detail else ""))
+        self.code = code
+        self.call = call
+        self.detail = detail
+
+
+class ImplementationFault(Exception):
+    """The implementation crashed, hung, raised something unexpected or broke the protocol.
+
+    This fails the case it happened in; the run goes on.
+    """
+
+
+class CorruptedGoldenFile(Exception):
+    """A golden file no longer matches its manifest: the suite's data is broken, not the testee."""
+
+
+class NotObservable(Exception):
+    """The selected way in cannot observe what a case checks: the case is skipped, not passed."""

@@ -1,0 +1,341 @@
+"""The pytest plugin: options, the implementations under test, YAML case collection.
+
+Loaded by the suite's top-level conftest.py. Every option has an ini twin of the same meaning.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .adapters import AdapterSettings, open_adapter, parse_impl
+from .cases import Case, CaseFileError, load_case_file
+from .checks import CaseFailure
+from .errors import ImplementationFault, NotObservable, Refused, SuiteUsageError
+from .requirements import level_of, unknown_ids
+from .testee import Testee
+from .yamlsource import YamlSourceError, load_yaml
+
+GROUP = "tlkv"
+
+IMPL_OPTION = "--impl"
+IMPL_INI = "tlkv_impl"
+IMPL_HELP = (
+    "implementation under test; repeat for several: ref (the bundled Python reference, the "
+    "default), py:package.module, ctypes:PATH.so[,status-profile=FILE], grpc:HOST:PORT"
+)
+V2_LEVEL_OPTION = "--v2-level"
+V2_LEVEL_INI = "tlkv_v2_level"
+V2_LEVEL_HELP = (
+    "how v2 exports are compared: strict (byte-exact, the default) or tolerant (each e4m3 "
+    "element within one code; header, hashes, fills, scales and CRC validity exact)"
+)
+TIMEOUT_OPTION = "--call-timeout"
+TIMEOUT_INI = "tlkv_call_timeout"
+TIMEOUT_HELP = "seconds one call into an isolated implementation may take (default 10)"
+ISOLATION_OPTION = "--isolation"
+ISOLATION_INI = "tlkv_isolation"
+ISOLATION_HELP = (
+    "worker (the default: a C library runs in a child process, so a crash or hang fails one "
+    "case) or inprocess (for debugging)"
+)
+KNOWN_FAILURES_OPTION = "--known-failures"
+KNOWN_FAILURES_INI = "tlkv_known_failures"
+KNOWN_FAILURES_HELP = (
+    "YAML list of known failures (case, reason, strict, optional impl glob); listed cases run "
+    "as expected failures, and a stale entry fails the run"
+)
+
+CASE_DIR_NAME = "cases"
+TESTEES = pytest.StashKey[list[Testee]]()
+KNOWN = pytest.StashKey["list[KnownFailure]"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup(GROUP, "TLKV conformance")
+    group.addoption(IMPL_OPTION, action="append", dest="tlkv_impl", help=IMPL_HELP)
+    parser.addini(IMPL_INI, IMPL_HELP, type="linelist", default=["ref"])
+    group.addoption(
+        V2_LEVEL_OPTION, dest="tlkv_v2_level", choices=("strict", "tolerant"), help=V2_LEVEL_HELP
+    )
+    parser.addini(V2_LEVEL_INI, V2_LEVEL_HELP, default="strict")
+    group.addoption(TIMEOUT_OPTION, dest="tlkv_call_timeout", type=float, help=TIMEOUT_HELP)
+    parser.addini(TIMEOUT_INI, TIMEOUT_HELP, default="10")
+    group.addoption(
+        ISOLATION_OPTION,
+        dest="tlkv_isolation",
+        choices=("worker", "inprocess"),
+        help=ISOLATION_HELP,
+    )
+    parser.addini(ISOLATION_INI, ISOLATION_HELP, default="worker")
+    group.addoption(
+        KNOWN_FAILURES_OPTION, dest="tlkv_known_failures", action="append", help=KNOWN_FAILURES_HELP
+    )
+    parser.addini(KNOWN_FAILURES_INI, KNOWN_FAILURES_HELP, type="paths", default=[])
+
+
+def _setting(config: pytest.Config, dest: str, ini: str) -> Any:
+    value = config.getoption(dest)
+    return config.getini(ini) if value is None else value
+
+
+MARKERS = {
+    "v1": "exercises envelope format v1",
+    "v2": "exercises envelope format v2 (fp8 e4m3 with scales)",
+    "hash": "the block hash",
+    "writer": "exporting envelopes",
+    "reader": "importing envelopes and the reader rules",
+    "pool": "pool behaviour: writes, references, the hash registry",
+    "transfer": "the tl.kv.v1 gRPC transfer",
+    "reqs(*ids)": "the requirement ids (harness/requirements.yaml) a test checks",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    try:
+        v2_level = _setting(config, "tlkv_v2_level", V2_LEVEL_INI)
+        if v2_level not in ("strict", "tolerant"):
+            raise SuiteUsageError(f"{V2_LEVEL_INI} = {v2_level!r}: expected strict or tolerant")
+        settings = AdapterSettings(
+            call_timeout=float(_setting(config, "tlkv_call_timeout", TIMEOUT_INI)),
+            isolation=_setting(config, "tlkv_isolation", ISOLATION_INI),
+        )
+        config.stash[KNOWN] = _load_known_failures(config)
+        config.stash[TESTEES] = _open_testees(config, settings, v2_level)
+    except SuiteUsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _open_testees(config: pytest.Config, settings: AdapterSettings, v2_level: str) -> list[Testee]:
+    texts = config.getoption("tlkv_impl") or config.getini(IMPL_INI)
+    specs = [parse_impl(text) for text in texts]
+    labels = [spec.label for spec in specs]
+    if len(set(labels)) != len(labels):
+        raise SuiteUsageError(f"--impl given twice: {', '.join(labels)}")
+    testees: list[Testee] = []
+    try:
+        for spec in specs:
+            adapter = open_adapter(spec, settings)
+            try:
+                info = adapter.info()
+            except (ImplementationFault, Refused) as exc:
+                adapter.close()
+                raise SuiteUsageError(
+                    f"--impl {spec.label}: describing itself failed: {exc}"
+                ) from None
+            testees.append(Testee(spec, adapter, info, v2_level))
+    except BaseException:
+        for testee in testees:
+            testee.adapter.close()
+        raise
+    return testees
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for testee in config.stash.get(TESTEES, []):
+        testee.adapter.close()
+
+
+def testees_of(config: pytest.Config) -> list[Testee]:
+    return config.stash[TESTEES]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [
+        f"tlkv: impl {t.label} ({type(t.adapter).__name__}): {t.info.describe()}"
+        for t in config.stash.get(TESTEES, [])
+    ]
+    known = config.stash.get(KNOWN, [])
+    lines.append(
+        f"tlkv: v2 level {_setting(config, 'tlkv_v2_level', V2_LEVEL_INI)}, isolation "
+        f"{_setting(config, 'tlkv_isolation', ISOLATION_INI)}, call timeout "
+        f"{_setting(config, 'tlkv_call_timeout', TIMEOUT_INI)} s, known failures "
+        f"{len(known) or 'none'}"
+    )
+    return lines
+
+
+# -- Python tests: the testee fixture and requirement markers -----------------------------
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "testee" in metafunc.fixturenames:
+        testees = testees_of(metafunc.config)
+        metafunc.parametrize("testee", testees, ids=[t.label for t in testees], scope="session")
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("reqs")
+    if marker is None:
+        return
+    unknown = unknown_ids(marker.args)
+    if unknown:
+        raise pytest.UsageError(f"{item.nodeid}: unknown requirement ids {', '.join(unknown)}")
+    _record_requirements(item, marker.args, level_of(marker.args))
+
+
+def _record_requirements(item: pytest.Item, reqs: tuple[str, ...], level: str) -> None:
+    item.stash[REQS] = (reqs, level)
+    item.user_properties.extend(("requirement", r) for r in reqs)
+    item.user_properties.append(("level", level))
+
+
+REQS = pytest.StashKey[tuple[tuple[str, ...], str]]()
+
+
+# -- YAML cases -------------------------------------------------------------------------------
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix in (".yaml", ".yml") and CASE_DIR_NAME in file_path.parts[:-1]:
+        return CaseFile.from_parent(parent, path=file_path)
+    return None
+
+
+class CaseFile(pytest.File):
+    """A YAML case file: one item per case and implementation under test."""
+
+    def collect(self) -> Iterator[CaseItem]:
+        loaded = load_case_file(self.path, self.config.rootpath)
+        testees = testees_of(self.config)
+        for case in loaded.cases:
+            for testee in testees:
+                name = case.id if len(testees) == 1 else f"{case.id}[{testee.label}]"
+                yield CaseItem.from_parent(self, name=name, case=case, testee=testee)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, CaseFileError | YamlSourceError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, case: Case, testee: Testee, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.testee = testee
+        for marker in case.item_markers():
+            self.add_marker(marker)
+        _record_requirements(self, case.reqs, case.level)
+
+    def setup(self) -> None:
+        reason = self.case.skip_reason(self.testee)
+        if reason:
+            pytest.skip(reason)
+
+    def runtest(self) -> None:
+        try:
+            self.case.run(self.testee)
+        except NotObservable as exc:
+            pytest.skip(str(exc))
+        except ImplementationFault as exc:
+            raise CaseFailure(f"implementation fault: {exc}") from None
+        except Refused as refusal:
+            raise CaseFailure(f"unexpected refusal: {refusal}") from None
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
+        if not isinstance(excinfo.value, CaseFailure):
+            return super().repr_failure(excinfo)
+        origin = self.case.origin
+        header = (
+            f"case {self.case.id} ({self.case.kind}, {self.case.level}: "
+            f"{', '.join(self.case.reqs)}) against {self.testee.label}\n"
+            f"{self.config.rootpath and _rel(origin.file, self.config.rootpath)}:{origin.line}:"
+        )
+        source = "\n".join(f"    {line}" for line in origin.source.splitlines())
+        return f"{header}\n{source}\n\n{excinfo.value}"
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.case.origin.line - 1, f"case {self.case.id}"
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+# -- known failures ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    case: str
+    reason: str
+    strict: bool
+    impl: str
+    source: str  # file:line, for messages
+
+    def matches(self, item: pytest.Item, label: str) -> bool:
+        base = item.nodeid.split("[", 1)[0]
+        return self.case in (item.nodeid, base) and fnmatch.fnmatchcase(label, self.impl)
+
+
+def _load_known_failures(config: pytest.Config) -> list[KnownFailure]:
+    paths = config.getoption("tlkv_known_failures") or config.getini(KNOWN_FAILURES_INI)
+    known = []
+    for path in map(Path, paths):
+        try:
+            entries = load_yaml(path)
+        except YamlSourceError as exc:
+            raise SuiteUsageError(str(exc)) from None
+        if not isinstance(entries, list):
+            raise SuiteUsageError(f"{path}: a known-failures file is a YAML list of entries")
+        for entry in entries:
+            where = f"{path}:{getattr(entry, 'line', 0)}"
+            if not isinstance(entry, dict) or not {"case", "reason"} <= set(entry):
+                raise SuiteUsageError(f"{where}: an entry needs 'case' and 'reason'")
+            extra = set(entry) - {"case", "reason", "strict", "impl"}
+            if extra:
+                raise SuiteUsageError(f"{where}: unknown keys {', '.join(sorted(extra))}")
+            known.append(
+                KnownFailure(
+                    str(entry["case"]),
+                    str(entry["reason"]),
+                    bool(entry.get("strict", True)),
+                    str(entry.get("impl", "*")),
+                    where,
+                )
+            )
+    return known
+
+
+def _item_label(item: pytest.Item) -> str:
+    if isinstance(item, CaseItem):
+        return item.testee.label
+    callspec = getattr(item, "callspec", None)
+    testee = callspec.params.get("testee") if callspec else None
+    return testee.label if isinstance(testee, Testee) else ""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    known = config.stash.get(KNOWN, [])
+    if not known:
+        return
+    used: set[KnownFailure] = set()
+    for item in items:
+        label = _item_label(item)
+        for entry in known:
+            if entry.matches(item, label):
+                used.add(entry)
+                item.add_marker(
+                    pytest.mark.xfail(reason=f"known failure: {entry.reason}", strict=entry.strict)
+                )
+    collected_files = {item.nodeid.split("::", 1)[0] for item in items}
+    stale = [e for e in known if e not in used and e.case.split("::", 1)[0] in collected_files]
+    if stale:
+        raise pytest.UsageError(
+            "stale known failures (no such case any more): "
+            + "; ".join(f"{e.source}: {e.case}" for e in stale)
+        )

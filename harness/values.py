@@ -1,0 +1,101 @@
+"""Deterministic block values from small recipes, shared by YAML cases and golden generators.
+
+A recipe is a one-key mapping; every recipe yields f32 values of the full block shape
+[L][2][Hkv][B][D] that are exactly f16-representable, so f16 and f32 pools hold them unchanged.
+Random recipes draw from numpy's PCG64 bit generator's raw output and plain arithmetic, whose
+streams numpy keeps stable across versions (unlike its sampling methods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .oracle import Geometry, f16_bits_to_f32
+
+RECIPES = ("zeros", "constant", "ramp", "literal", "f16_bits", "pcg64", "pcg64_f16_bits")
+KV_INDEX = {"K": 0, "V": 1, 0: 0, 1: 1}
+
+
+def pcg64_raw(seed: int, salt: int, count: int) -> np.ndarray:
+    """`count` raw u64 draws of PCG64 seeded with (seed, salt)."""
+    return np.random.PCG64([seed, salt]).random_raw(count).astype(np.uint64)
+
+
+def _uniform(seed: int, salt: int, count: int, low: float, high: float) -> np.ndarray:
+    unit = (pcg64_raw(seed, salt, count) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return low + (high - low) * unit
+
+
+def _random_f16_bits(seed: int, salt: int, count: int, finite: bool) -> np.ndarray:
+    bits = (pcg64_raw(seed, salt, count) & np.uint64(0xFFFF)).astype(np.uint16)
+    if finite:  # map inf/NaN exponents onto the largest finite binade, keeping sign and mantissa
+        special = (bits & 0x7C00) == 0x7C00
+        bits[special] &= np.uint16(0xFBFF)
+    return bits
+
+
+def _literal(nested: Any, geometry: Geometry) -> np.ndarray:
+    """A nested list [L][2][Hkv][n][D]; positions past the listed n are zero."""
+    array = np.asarray(nested, dtype=np.float64)
+    shape = geometry.values_shape
+    if array.ndim != 5 or array.shape[:3] != shape[:3] or array.shape[4] != shape[4]:
+        raise ValueError(
+            f"literal values of shape {array.shape}, expected {shape} (B may be short)"
+        )
+    if array.shape[3] > shape[3]:
+        raise ValueError(f"literal values list {array.shape[3]} positions, B is {shape[3]}")
+    values = np.zeros(shape, dtype=np.float64)
+    values[..., : array.shape[3], :] = array
+    return values
+
+
+def _to_f16_bits(values: np.ndarray) -> np.ndarray:
+    """Round float64 values straight to binary16 bits (one rounding, not via f32)."""
+    return np.asarray(values, dtype=np.float64).astype(np.float16).view(np.uint16)
+
+
+def make_values(recipe: Mapping[str, Any], geometry: Geometry, salt: int = 0) -> np.ndarray:
+    """The f32 values a recipe describes. `salt` varies random recipes per block.
+
+    Values are built as f16 bit patterns and widened to f32 exactly at the end, so NaN payloads
+    (signalling ones included) survive: a float64 detour would quiet them.
+    """
+    names = [key for key in recipe if key != "set"]
+    if len(names) != 1:
+        raise ValueError(
+            f"a values recipe has one of {', '.join(RECIPES)} (and 'set'), got {sorted(recipe)}"
+        )
+    name = names[0]
+    arg = recipe[name]
+    n = geometry.n_elements
+    shape = geometry.values_shape
+    if name == "zeros":
+        bits = np.zeros(n, dtype=np.uint16)
+    elif name == "constant":
+        bits = _to_f16_bits(np.full(n, float(arg)))
+    elif name == "ramp":
+        bits = _to_f16_bits(arg.get("start", 0.0) + arg.get("step", 1.0) * np.arange(n))
+    elif name == "literal":
+        bits = _to_f16_bits(_literal(arg, geometry))
+    elif name == "f16_bits":
+        bits = np.resize(np.asarray(arg, dtype=np.uint16), n)
+    elif name == "pcg64":
+        bits = _to_f16_bits(
+            _uniform(arg["seed"], salt, n, arg.get("low", -1.0), arg.get("high", 1.0))
+        )
+    elif name == "pcg64_f16_bits":
+        bits = _random_f16_bits(arg["seed"], salt, n, arg.get("finite", True))
+    else:
+        raise ValueError(f"unknown values recipe {name!r}; known: {', '.join(RECIPES)}")
+    bits = bits.reshape(shape).copy()
+    for override in recipe.get("set", []):
+        layer, kv, head, pos, dim = override["at"]
+        index = (layer, KV_INDEX[kv], head, pos, dim)
+        if "f16_bits" in override:
+            bits[index] = override["f16_bits"]
+        else:
+            bits[index] = _to_f16_bits(np.array([override["value"]]))[0]
+    return f16_bits_to_f32(bits)

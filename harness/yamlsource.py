@@ -1,0 +1,80 @@
+"""YAML loading that remembers where each mapping and list started, for one-line errors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class LineDict(dict):
+    """A mapping from a YAML file, with the 1-based line it starts on."""
+
+    line: int = 0
+
+
+class LineList(list):
+    """A list from a YAML file, with the 1-based line it starts on."""
+
+    line: int = 0
+
+
+class _LineLoader(yaml.SafeLoader):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> LineDict:
+        keys = [self.construct_object(k, deep=True) for k, _ in node.value]
+        duplicates = {k for k in keys if keys.count(k) > 1}
+        if duplicates:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {sorted(map(str, duplicates))[0]!r}", node.start_mark
+            )
+        mapping = LineDict(super().construct_mapping(node, deep=True))
+        mapping.line = node.start_mark.line + 1
+        return mapping
+
+    def construct_sequence(self, node: yaml.SequenceNode, deep: bool = False) -> LineList:
+        sequence = LineList(super().construct_sequence(node, deep=True))
+        sequence.line = node.start_mark.line + 1
+        return sequence
+
+
+_LineLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping
+)
+_LineLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _LineLoader.construct_sequence
+)
+
+
+class YamlSourceError(Exception):
+    """A YAML file that cannot be used: the message names the file, the line and the problem."""
+
+
+def load_yaml(path: Path) -> Any:
+    """Parse a YAML file into LineDict/LineList; YamlSourceError with file:line on bad syntax."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise YamlSourceError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return yaml.load(text, Loader=_LineLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise YamlSourceError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise YamlSourceError(f"{path}: invalid YAML: {exc}") from None
+
+
+def line_of(document: Any, path: Sequence[Any]) -> int:
+    """The line of the deepest node along `path` that knows its line (0 if none does)."""
+    line = getattr(document, "line", 0)
+    node = document
+    for key in path:
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            break
+        line = getattr(node, "line", line)
+    return line
