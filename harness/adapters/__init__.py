@@ -22,7 +22,16 @@ def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
     """Connect to the implementation `spec` names; SuiteUsageError (one line) if it cannot."""
     if spec.kind == "py":
         return PyModuleAdapter(spec.label, spec.target)
-    raise SuiteUsageError(f"--impl {spec.label}: the {spec.kind} adapter is not available yet")
+    # The other adapters import heavier libraries (ctypes workers, grpcio) only when used.
+    if spec.kind == "ctypes":
+        from ._ctypes import CtypesAdapter
+
+        return CtypesAdapter(spec, settings)
+    if spec.kind == "grpc":
+        from ._grpc import GrpcAdapter
+
+        return GrpcAdapter(spec, settings)
+    raise SuiteUsageError(f"--impl {spec.label}: no adapter for {spec.kind!r}")
 
 
 __all__ = [
