@@ -44,11 +44,23 @@ ISOLATION_HELP = (
     "worker (the default: a C library runs in a child process, so a crash or hang fails one "
     "case) or inprocess (for debugging)"
 )
+SANITIZER_RUNTIME_OPTION = "--sanitizer-runtime"
+SANITIZER_RUNTIME_INI = "tlkv_sanitizer_runtime"
+SANITIZER_RUNTIME_HELP = (
+    "sanitizer runtimes to LD_PRELOAD into a ctypes worker: auto (the default: those the "
+    "library names in DT_NEEDED, e.g. libasan.so.8), none, or PATH[:PATH...] (docs/ctypes.md)"
+)
 KNOWN_FAILURES_OPTION = "--known-failures"
 KNOWN_FAILURES_INI = "tlkv_known_failures"
 KNOWN_FAILURES_HELP = (
     "YAML list of known failures (case, reason, strict, optional impl glob); listed cases run "
     "as expected failures, and a stale entry fails the run"
+)
+PARITY_ROOT_OPTION = "--parity-root"
+PARITY_ROOT_INI = "tlkv_parity_root"
+PARITY_ROOT_HELP = (
+    "folder whose subfolders hold golden vectors (a manifest.yaml and its blobs) for "
+    "conformance/test_parity.py (default: parity, under the suite's root)"
 )
 
 CASE_DIR_NAME = "cases"
@@ -74,9 +86,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini(ISOLATION_INI, ISOLATION_HELP, default="worker")
     group.addoption(
+        SANITIZER_RUNTIME_OPTION, dest="tlkv_sanitizer_runtime", help=SANITIZER_RUNTIME_HELP
+    )
+    parser.addini(SANITIZER_RUNTIME_INI, SANITIZER_RUNTIME_HELP, default="auto")
+    group.addoption(
         KNOWN_FAILURES_OPTION, dest="tlkv_known_failures", action="append", help=KNOWN_FAILURES_HELP
     )
     parser.addini(KNOWN_FAILURES_INI, KNOWN_FAILURES_HELP, type="paths", default=[])
+    group.addoption(PARITY_ROOT_OPTION, dest="tlkv_parity_root", help=PARITY_ROOT_HELP)
+    parser.addini(PARITY_ROOT_INI, PARITY_ROOT_HELP, default="parity")
 
 
 def _setting(config: pytest.Config, dest: str, ini: str) -> Any:
@@ -106,6 +124,7 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = AdapterSettings(
             call_timeout=float(_setting(config, "tlkv_call_timeout", TIMEOUT_INI)),
             isolation=_setting(config, "tlkv_isolation", ISOLATION_INI),
+            sanitizer_runtime=_setting(config, "tlkv_sanitizer_runtime", SANITIZER_RUNTIME_INI),
         )
         config.stash[KNOWN] = _load_known_failures(config)
         config.stash[TESTEES] = _open_testees(config, settings, v2_level)
@@ -156,7 +175,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines.append(
         f"tlkv: v2 level {_setting(config, 'tlkv_v2_level', V2_LEVEL_INI)}, isolation "
         f"{_setting(config, 'tlkv_isolation', ISOLATION_INI)}, call timeout "
-        f"{_setting(config, 'tlkv_call_timeout', TIMEOUT_INI)} s, known failures "
+        f"{_setting(config, 'tlkv_call_timeout', TIMEOUT_INI)} s, sanitizer runtime "
+        f"{_setting(config, 'tlkv_sanitizer_runtime', SANITIZER_RUNTIME_INI)}, known failures "
         f"{len(known) or 'none'}"
     )
     return lines
@@ -254,6 +274,15 @@ class CaseItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.case.origin.line - 1, f"case {self.case.id}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    # A skipped case points at its YAML line, not at the plugin line that raised the skip.
+    if report.skipped and isinstance(item, CaseItem) and isinstance(report.longrepr, tuple):
+        report.longrepr = (str(item.path), item.case.origin.line, report.longrepr[2])
+    return report
 
 
 def _rel(path: Path, root: Path) -> str:

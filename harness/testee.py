@@ -10,6 +10,8 @@ from .adapters import Adapter, ImplInfo, ImplSpec
 
 @dataclass(frozen=True, eq=False)
 class Testee:
+    __test__ = False  # not a test class, whatever its name suggests to pytest
+
     spec: ImplSpec
     adapter: Adapter
     info: ImplInfo

@@ -23,6 +23,7 @@ class LineList(list):
 
 class _LineLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> LineDict:
+        self.flatten_mapping(node)  # resolve "<<: *anchor" merges before looking for duplicates
         keys = [self.construct_object(k, deep=True) for k, _ in node.value]
         duplicates = {k for k in keys if keys.count(k) > 1}
         if duplicates:
@@ -51,20 +52,22 @@ class YamlSourceError(Exception):
     """A YAML file that cannot be used: the message names the file, the line and the problem."""
 
 
-def load_yaml(path: Path) -> Any:
-    """Parse a YAML file into LineDict/LineList; YamlSourceError with file:line on bad syntax."""
+def load_yaml(path: Path, shown: str | None = None) -> Any:
+    """Parse a YAML file into LineDict/LineList; YamlSourceError with file:line on bad syntax.
+    `shown` is how messages name the file (default: the path as given)."""
+    shown = shown or str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise YamlSourceError(f"{path}: cannot read: {exc.strerror}") from None
+        raise YamlSourceError(f"{shown}: cannot read: {exc.strerror}") from None
     try:
         return yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        where = f"{shown}:{mark.line + 1}" if mark else shown
         raise YamlSourceError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
-        raise YamlSourceError(f"{path}: invalid YAML: {exc}") from None
+        raise YamlSourceError(f"{shown}: invalid YAML: {exc}") from None
 
 
 def line_of(document: Any, path: Sequence[Any]) -> int:

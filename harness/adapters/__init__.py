@@ -16,6 +16,9 @@ class AdapterSettings:
 
     call_timeout: float = 10.0
     isolation: str = "worker"  # or "inprocess"
+    # Sanitizer runtimes to preload into a ctypes worker: "auto" (those the library names),
+    # "none", or paths separated by os.pathsep.
+    sanitizer_runtime: str = "auto"
 
 
 def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:

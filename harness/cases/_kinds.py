@@ -18,6 +18,7 @@ from ..checks import (
     compare_envelopes,
     compare_readback,
     compare_snapshots,
+    in_pool_precision,
     refused_with,
     snapshot,
 )
@@ -230,7 +231,7 @@ class PoolSetup:
             capacity = min(MAX_DEFAULT_CAPACITY, len(preload) + _real_blocks(envelope.data) + 1)
         if capacity < len(preload):
             raise CaseDataError(f"capacity {capacity} cannot hold {len(preload)} preloaded blocks")
-        return cls(geometry, capacity, tuple(preload))
+        return cls(geometry=geometry, capacity=capacity, preload=tuple(preload))
 
     def open(self, testee: Testee) -> tuple[PoolHandle, list[int]]:
         pool = testee.adapter.open_pool(self.geometry, self.capacity)
@@ -487,11 +488,21 @@ class RejectCase(Case):
     # The oracle's verdict per reader (all versions / v1 only), and what the case expects.
     verdicts: tuple[tuple[frozenset[int], Verdict], ...]
     rule: str | None
+    also: frozenset[str]
     code: str | None
     grpc: str | None
+    rules_first: bool
+
+    @property
+    def rules(self) -> frozenset[str]:
+        """Every rule the envelope breaks: the named one and those it cannot help breaking."""
+        return frozenset({self.rule} if self.rule else set()) | self.also
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
+        # Every rejection case also checks that the refused import left the pool untouched.
+        if "READ-ATOMIC" not in common["reqs"]:
+            common = {**common, "reqs": (*common["reqs"], "READ-ATOMIC")}
         base = ctx.resolver.resolve(raw["envelope"])
         reseal = raw.get("reseal", True)
         variants = list(_expansions(raw.get("expand"), base.data, reseal))
@@ -517,8 +528,10 @@ class RejectCase(Case):
                 reads=reads,
                 verdicts=verdicts,
                 rule=expect.get("rule"),
+                also=frozenset(expect.get("also", [])),
                 code=expect.get("code"),
                 grpc=expect.get("grpc"),
+                rules_first=expect.get("rules_first", False),
             )
             case._confirm_single_fault()
             cases.append(case)
@@ -531,22 +544,25 @@ class RejectCase(Case):
         """The collection-time check that the envelope breaks the named rule and no other."""
         verdict = self._primary()
         if self.rule is not None:
-            rule = oracle.READER_RULES.get(self.rule)
-            if rule is None:
+            unknown = sorted(self.rules - set(oracle.READER_RULES))
+            if unknown:
                 raise CaseDataError(
-                    f"no reader rule {self.rule}; rules: {', '.join(oracle.READER_RULES)}"
+                    f"no reader rule {', '.join(unknown)}; rules: {', '.join(oracle.READER_RULES)}"
                 )
-            if verdict.rule_ids != {self.rule}:
+            if verdict.rule_ids != self.rules:
                 broken = ", ".join(sorted(verdict.rule_ids)) or "none"
+                named = ", ".join(sorted(self.rules))
                 raise CaseDataError(
-                    f"the envelope must break {self.rule} alone; the oracle finds: {broken}"
-                    + (f" ({verdict.detail})" if verdict.detail else "")
+                    f"the envelope must break {named} and no other rule; the oracle finds: "
+                    f"{broken}" + (f" ({verdict.detail})" if verdict.detail else "")
                 )
-            if (self.code, self.grpc) != (rule.c_code, rule.grpc_status):
-                raise CaseDataError(
-                    f"{self.rule} is refused with {rule.c_code} / {rule.grpc_status}, "
-                    f"the case expects {self.code} / {self.grpc}"
-                )
+            for other in sorted(self.rules):
+                codes = oracle.READER_RULES[other]
+                if (self.code, self.grpc) != (codes.c_code, codes.grpc_status):
+                    raise CaseDataError(
+                        f"{other} is refused with {codes.c_code} / {codes.grpc_status}, "
+                        f"the case expects {self.code} / {self.grpc}"
+                    )
         elif self.code is not None:  # a pool refusal (ENOMEM, EINVAL): a readable envelope
             if verdict.rule_ids:
                 raise CaseDataError(
@@ -573,7 +589,7 @@ class RejectCase(Case):
         verdict = self._verdict_for(testee)
         if verdict is None:
             return f"no oracle verdict for a reader of {sorted(testee.info.read_versions)}"
-        if self.rule is not None and verdict.rule_ids != {self.rule}:
+        if self.rule is not None and verdict.rule_ids != self.rules:
             return (
                 f"for {testee.label}'s reader this envelope breaks more than {self.rule} "
                 f"({', '.join(sorted(verdict.rule_ids))})"
@@ -590,14 +606,28 @@ class RejectCase(Case):
         )
         return set(domain)
 
+    def _limit_codes(self, testee: Testee, free: int) -> set[str]:
+        """Refusals the contract also allows when the header claims more blocks than the
+        caller's max_blocks (EINVAL) or the free blocks (ENOMEM): the spec does not order them
+        against the reader rules. Cases with `rules_first` demand the rule's code alone."""
+        declared = _declared_blocks(self.data)
+        if self.rules_first or declared is None or not self.rules:
+            return set()
+        codes = set()
+        if declared > self.pool.capacity and testee.adapter.status_domain == "c":
+            codes.add("EINVAL")
+        if declared > free:
+            codes.add(testee.refusal("ENOMEM", "RESOURCE_EXHAUSTED"))
+        return codes
+
     def run(self, testee: Testee) -> None:
         verdict = self._verdict_for(testee)
         assert verdict is not None
-        acceptable = self._acceptable(testee, verdict)
         pool, preload_ids = self.pool.open(testee)
         with pool:
             watched = sorted(set(self.pool.hashes) | set(_record_hashes(self.data)))
             before = snapshot(pool, preload_ids, watched)
+            acceptable = self._acceptable(testee, verdict) | self._limit_codes(testee, before.free)
             why = verdict.detail or f"expected {self.code}"
             try:
                 ids = pool.import_envelope(self.data, self.pool.capacity)
@@ -613,6 +643,11 @@ class RejectCase(Case):
                     f"{' or '.join(sorted(acceptable))}: {why}"
                 )
             compare_snapshots(before, snapshot(pool, preload_ids, watched), "the rejected import")
+
+
+def _declared_blocks(data: bytes) -> int | None:
+    field = oracle.HEADER_FIELDS["n_blocks"]
+    return field.read(data) if len(data) >= field.offset + field.size else None
 
 
 def _header_version(data: bytes) -> int | None:
@@ -732,24 +767,22 @@ class PoolCase(Case):
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
         geometry = geometry_of(raw["geometry"])
         steps: list[tuple[str, Any]] = []
-        labels: dict[str, BlockPlan] = {}
-        parent_chain: list[Mapping[str, Any]] = []
+        labels: set[str] = set()
+        writes: list[Mapping[str, Any]] = []  # every write so far: hashes chain through them
         for raw_step in raw["steps"]:
             ((op, arg),) = raw_step.items()
+            for label in _labels_used(op, arg):
+                if label not in labels:
+                    raise CaseDataError(f"{op}: no block is labelled {label!r} before this step")
             if op == "write":
-                parent_chain.append(arg)
-                plan = plan_blocks(geometry, parent_chain, salt=0)[-1]
-                if plan.label:
-                    labels[plan.label] = plan
-                steps.append((op, plan))
+                writes.append(arg)
+                arg = plan_blocks(geometry, writes)[-1]
+                if arg.label:
+                    labels.add(arg.label)
             elif op == "import":
-                built = ctx.resolver.resolve(arg["envelope"])
-                steps.append((op, {**arg, "data": built.data}))
-            else:
-                for key in ("block",):
-                    if key in arg and arg[key] not in labels:
-                        raise CaseDataError(f"{op}: no block labelled {arg[key]!r} written before")
-                steps.append((op, arg))
+                labels.update(arg.get("as", []))
+                arg = {**arg, "data": ctx.resolver.resolve(arg["envelope"]).data}
+            steps.append((op, arg))
         return [cls(**common, geometry=geometry, capacity=raw["capacity"], steps=tuple(steps))]
 
     def skip_reason(self, testee: Testee) -> str | None:
@@ -770,6 +803,17 @@ class PoolCase(Case):
     def run(self, testee: Testee) -> None:
         with testee.adapter.open_pool(self.geometry, self.capacity) as pool:
             _PoolScript(pool, testee).run(self.steps)
+
+
+def _labels_used(op: str, arg: Any) -> list[str]:
+    """The block labels a pool step refers to (they must have been given before)."""
+    if op in ("read", "release"):
+        return [arg["block"]]
+    if op == "find":
+        return [v for v in (arg["hash"], arg["expect"]) if isinstance(v, str) and v != "ENOTFOUND"]
+    if op == "export":
+        return list(arg["blocks"])
+    return []
 
 
 class _PoolScript:
@@ -885,9 +929,10 @@ class _PoolScript:
         envelope = oracle.decode(arg["data"], oracle.ReaderProfile(self.pool.geometry))
         for label, block, record in zip(arg.get("as", []), ids, envelope.records, strict=False):
             self.ids[label] = block
-            self.plans[label] = BlockPlan(
-                label, record.block_hash, record.n_tokens, record.decoded.values
-            )
+            # What the pool holds, and so what a later export encodes, is the decoded value
+            # in the pool's own precision.
+            values = in_pool_precision(record.decoded.values, self.pool.dtype)
+            self.plans[label] = BlockPlan(label, record.block_hash, record.n_tokens, values)
 
 
 KINDS: dict[str, Any] = {

@@ -79,7 +79,7 @@ def load_case_file(path: Path, root: Path) -> CaseFile:
     """Load, check and build every case of a file; CaseFileError names the first problem."""
     shown = _display(path, root)
     try:
-        document = load_yaml(path)
+        document = load_yaml(path, shown)
     except YamlSourceError as exc:
         raise CaseFileError(str(exc)) from None
     if not isinstance(document, LineDict):

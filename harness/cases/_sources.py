@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from .. import oracle
+from ..errors import CorruptedGoldenFile
+from ..golden import ManifestError, listed_entry
 from ..values import make_values, pcg64_raw
 
 DEFAULT_VALUES = {"pcg64": {"seed": 1, "low": -2.0, "high": 2.0}}
@@ -124,9 +127,13 @@ class EnvelopeResolver:
         return BuiltEnvelope(data, geometry, build["version"], tuple(blocks))
 
     def golden_bytes(self, relative: str) -> bytes:
+        """A blob's bytes; one listed in its folder's manifest is checked against it first."""
         path = self._root / relative
         try:
-            return path.read_bytes()
+            entry = listed_entry(path, display_root=self._root)
+            return path.read_bytes() if entry is None else entry.blob_bytes()
+        except (CorruptedGoldenFile, ManifestError) as exc:
+            raise CaseDataError(str(exc)) from None
         except OSError as exc:
             raise CaseDataError(f"golden file {relative}: {exc.strerror}") from None
 
@@ -176,6 +183,11 @@ def mutate(
             del data[arg:]
         elif op == "append":
             data += bytes_of_hex(arg["hex"]) if "hex" in arg else bytes(arg["zeros"])
+        elif op == "set_crc":
+            if reseal:
+                raise CaseDataError("set_crc writes the trailer itself: set reseal: false")
+            body = bytes(data[: -oracle.CRC_SIZE])
+            data[-oracle.CRC_SIZE :] = wrong_crc(arg, body)
         elif op == "splice":
             donor = resolver.resolve(arg["from"]).data
             take = _record_offset(donor, arg["from_block"])
@@ -187,5 +199,25 @@ def mutate(
     return oracle.seal(bytes(data)) if reseal else bytes(data)
 
 
-def crc_trailer(data: bytes) -> int:
-    return struct.unpack_from("<I", data, len(data) - oracle.CRC_SIZE)[0]
+def wrong_crc(variant: str, body: bytes) -> bytes:
+    """The trailer a writer with a typical CRC bug produces for `body`."""
+    if variant == "crc32-ieee":
+        return struct.pack("<I", zlib.crc32(body))
+    if variant == "no-final-xor":
+        return struct.pack("<I", oracle.crc32c(body) ^ 0xFFFFFFFF)
+    if variant == "no-initial-inversion":
+        return struct.pack("<I", _crc32c_raw(body, 0) ^ 0xFFFFFFFF)
+    if variant == "records-only":
+        return struct.pack("<I", oracle.crc32c(body[oracle.HEADER_SIZE :]))
+    if variant == "big-endian":
+        return struct.pack(">I", oracle.crc32c(body))
+    raise CaseDataError(f"unknown CRC variant {variant!r}")
+
+
+def _crc32c_raw(data: bytes, register: int) -> int:
+    """The bare reflected CRC-32C register update, bit by bit (no inversions)."""
+    for byte in data:
+        register ^= byte
+        for _ in range(8):
+            register = (register >> 1) ^ (0x82F63B78 if register & 1 else 0)
+    return register
