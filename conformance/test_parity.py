@@ -1,0 +1,278 @@
+"""Golden vectors replayed through the implementation under test (docs/golden.md).
+
+Every entry of every manifest under the parity root (--parity-root, ini tlkv_parity_root,
+default parity/) gives two tests: writing its blocks and exporting them must give the blob, and
+importing the blob must give back its blocks. A v2 entry with a partial block gives a third, at
+SHOULD: the e4m3 codes past the fill are zero (V2-PAD, docs/decisions.md). Folders added with
+`python -m generators.golden new` are picked up without any change here.
+
+A blob that no longer matches its manifest (size, sha256, CRC-32C), or a manifest that cannot be
+read, is the suite's broken data, not the implementation's fault: its tests ERROR at setup with
+one line, "corrupted golden file parity/...: ...", and never fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from harness import oracle
+from harness.adapters import Capability, PoolHandle
+from harness.checks import CaseFailure, compare_envelopes, compare_readback
+from harness.errors import CorruptedGoldenFile, ImplementationFault, NotObservable, Refused
+from harness.golden import (
+    MANIFEST_FILE,
+    GoldenEntry,
+    ManifestError,
+    load_manifest,
+    manifest_folders,
+)
+from harness.plugin import PARITY_ROOT_INI
+
+if TYPE_CHECKING:  # imported plainly, pytest would try to collect the class Testee
+    from harness.testee import Testee
+
+ENVELOPE_REQS = ("ENV-HEADER", "ENV-VERSION-DTYPE", "ENV-RECORD", "ENV-RECORD-HASH", "ENV-LE")
+EXPORT_REQS = {
+    1: (*ENVELOPE_REQS, "ENV-CRC", "ENV-SIZE", "V1-LAYOUT", "V1-F16"),
+    2: (*ENVELOPE_REQS, "ENV-CRC", "ENV-SIZE", "V2-LAYOUT", "V2-SCALE", "V2-E4M3", "V2-NOSAT"),
+}
+IMPORT_REQS = {
+    1: ("READ-ACCEPT", "IMPORT-ORDER", "V1-LAYOUT", "V1-F16"),
+    2: ("READ-ACCEPT", "IMPORT-ORDER", "V2-LAYOUT", "V2-DECODE"),
+}
+PAD_NOTE = (
+    "(e4m3 codes past each fill were zeroed before comparing: V2-PAD is checked on its own, "
+    "at SHOULD, by test_export_v2_pad)"
+)
+
+
+@dataclass(frozen=True)
+class Unusable:
+    """A manifest the suite cannot read: its tests error with this message."""
+
+    id: str
+    message: str
+
+
+class GoldenDataError(pytest.fail.Exception):
+    """Damaged golden data, raised at setup: the test ERRORs (never fails) and the report is
+    the message alone, summarised as "GoldenDataError: corrupted golden file ..."."""
+
+    __module__ = "builtins"  # as pytest does for Failed: reports show the bare class name
+
+
+def parity_root(config: pytest.Config) -> Path:
+    """The option (relative to where pytest was started) or the ini key (to the root)."""
+    given = config.getoption("tlkv_parity_root")
+    if given:
+        return config.invocation_params.dir / given
+    return config.rootpath / config.getini(PARITY_ROOT_INI)
+
+
+def _has_zero_slab(block: oracle.Block) -> bool:
+    filled = block.values[..., : block.n_tokens, :]
+    return bool((np.abs(filled).max(axis=(-2, -1)) == 0).any())
+
+
+def _reqs(test: str, entry: GoldenEntry) -> tuple[str, ...] | None:
+    """What `test` checks with `entry`, or None when the entry has nothing for it."""
+    if test == "test_import":
+        return IMPORT_REQS[entry.version]
+    if test == "test_export_v2_pad":
+        return ("V2-PAD",) if entry.version == 2 and entry.has_partial else None
+    reqs = EXPORT_REQS[entry.version]
+    if entry.version == 1 and entry.has_partial:
+        reqs += ("V1-PAD",)
+    if entry.version == 2 and any(_has_zero_slab(b) for b in entry.oracle_blocks()):
+        reqs += ("V2-SCALE-ZERO",)
+    return reqs
+
+
+def _params(config: pytest.Config, test: str) -> list[Any]:
+    params = []
+    for folder in manifest_folders(parity_root(config)):
+        try:
+            manifest = load_manifest(folder / MANIFEST_FILE)
+        except ManifestError as exc:
+            unusable = Unusable(
+                f"{folder.name}/{MANIFEST_FILE}", f"corrupted golden manifest {exc}"
+            )
+            params.append(pytest.param(unusable, id=unusable.id))
+            continue
+        for entry in manifest:
+            reqs = _reqs(test, entry)
+            if reqs is not None:
+                marks = [getattr(pytest.mark, f"v{entry.version}"), pytest.mark.reqs(*reqs)]
+                params.append(pytest.param(entry, id=entry.id, marks=marks))
+    return params
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "golden" in metafunc.fixturenames:
+        metafunc.parametrize("golden", _params(metafunc.config, metafunc.definition.originalname))
+
+
+@pytest.fixture
+def blob(golden: GoldenEntry | Unusable) -> bytes:
+    """The entry's blob, checked against its manifest; damaged data errors the test here."""
+    if isinstance(golden, Unusable):
+        message = golden.message
+    else:
+        try:
+            return golden.blob_bytes()
+        except CorruptedGoldenFile as exc:
+            message = str(exc)
+    # Outside the except clause, so the report is this one line and no exception chain.
+    raise GoldenDataError(message, pytrace=False)
+
+
+@contextmanager
+def _testee_calls() -> Iterator[None]:
+    """Refusals and faults fail the test with one line; unobservable things skip it."""
+    try:
+        yield
+    except NotObservable as exc:
+        pytest.skip(str(exc))
+    except ImplementationFault as exc:
+        raise CaseFailure(f"implementation fault: {exc}") from None
+    except Refused as refusal:
+        raise CaseFailure(f"unexpected refusal: {refusal}") from None
+
+
+def _skip_unless(testee: Testee, *capabilities: str) -> None:
+    for capability in capabilities:
+        if not testee.can(capability):
+            pytest.skip(f"{testee.label} cannot observe {capability} through this way in")
+
+
+def _open(testee: Testee, entry: GoldenEntry) -> PoolHandle:
+    return testee.adapter.open_pool(entry.geometry, max(entry.n_blocks, 1))
+
+
+def _export(testee: Testee, golden: GoldenEntry, expected_size: int) -> bytes:
+    """Write the entry's blocks into a fresh pool of its geometry and export them."""
+    _skip_unless(testee, Capability.POOL, Capability.EXPORT)
+    if golden.version not in testee.info.write_versions:
+        pytest.skip(f"{testee.label} does not write v{golden.version}")
+    with _testee_calls(), _open(testee, golden) as pool:
+        ids = []
+        for index, block in enumerate(golden.oracle_blocks()):
+            try:
+                ids.append(pool.write(block.block_hash, block.n_tokens, block.values))
+            except Refused as refusal:
+                raise CaseFailure(f"{golden.display}: writing block {index}: {refusal}") from None
+        size = pool.export_bytes(len(ids), golden.version)
+        if size != expected_size:
+            raise CaseFailure(
+                f"export_bytes({len(ids)}, v{golden.version}) = {size}, the golden file "
+                f"{golden.display} has {expected_size} bytes"
+            )
+        return pool.export(ids, golden.version)
+
+
+def _pad_codes(data: bytes | bytearray, golden: GoldenEntry) -> Iterator[tuple[int, np.ndarray]]:
+    """Each partial v2 block's index and its e4m3 codes past the fill (a view into `data`)."""
+    g = golden.geometry
+    for index, block in enumerate(golden.blocks):
+        if block.n_tokens < g.block_tokens:
+            start = g.record_offset(index, 2) + oracle.RECORD_PREFIX_SIZE
+            codes = np.frombuffer(data, dtype=np.uint8, count=g.n_elements, offset=start)
+            yield index, codes.reshape(g.values_shape)[..., block.n_tokens :, :]
+
+
+def _without_v2_pad(data: bytes, golden: GoldenEntry) -> bytes:
+    """`data` with zero codes past each fill and a fresh CRC, if its own CRC was right: what
+    the pad holds is V2-PAD's business (SHOULD), not the MUST comparison's."""
+    if len(data) != golden.size or oracle.crc32c(data[: -oracle.CRC_SIZE]) != int.from_bytes(
+        data[-oracle.CRC_SIZE :], "little"
+    ):
+        return data
+    out = bytearray(data)
+    for _, codes in _pad_codes(out, golden):
+        codes[...] = 0
+    return oracle.seal(bytes(out[: -oracle.CRC_SIZE]))
+
+
+@pytest.mark.writer
+def test_export(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
+    """Write the entry's blocks into a pool of its geometry; exporting them gives the blob
+    (v2 at the run's --v2-level)."""
+    data = _export(testee, golden, len(blob))
+    level = testee.v2_level if golden.version == 2 else "strict"
+    compared = _without_v2_pad(data, golden) if golden.version == 2 else data
+    try:
+        compare_envelopes(blob, compared, level)
+    except CaseFailure as exc:
+        note = f" {PAD_NOTE}" if compared != data else ""
+        raise CaseFailure(f"export differs from {golden.display} ({level}){note}:\n{exc}") from None
+
+
+@pytest.mark.writer
+def test_export_v2_pad(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
+    """A v2 writer writes zero codes past a partial block's fill, as v1 writes zero bytes."""
+    data = _export(testee, golden, len(blob))
+    if len(data) != len(blob):
+        pytest.skip(f"the export has {len(data)} bytes, not {len(blob)}: test_export reports it")
+    for index, codes in _pad_codes(data, golden):
+        nonzero = np.flatnonzero(codes)
+        if nonzero.size:
+            raise CaseFailure(
+                f"{golden.display} block {index} (n_tokens {golden.blocks[index].n_tokens}): "
+                f"{nonzero.size} of {codes.size} e4m3 codes past the fill are not 0x00 (first "
+                f"{int(codes.ravel()[nonzero[0]]):#04x})"
+            )
+
+
+@pytest.mark.reader
+def test_import(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
+    """Import the blob into an empty pool: every block reads back with its hash, fill and
+    values (v1: the manifest's values exactly; v2: the decoded values in the pool's precision),
+    and every hashed block is registered."""
+    _skip_unless(testee, Capability.POOL, Capability.IMPORT)
+    if golden.version not in testee.info.read_versions:
+        pytest.skip(f"{testee.label} does not read v{golden.version}")
+    expected = _expected_blocks(golden, blob)
+    with _testee_calls(), _open(testee, golden) as pool:
+        free_before = pool.free_blocks()
+        try:
+            ids = pool.import_envelope(blob, max(golden.n_blocks, 1))
+        except Refused as refusal:
+            raise CaseFailure(f"{golden.display} was refused: {refusal}") from None
+        if len(ids) != golden.n_blocks or len(set(ids)) != len(ids):
+            raise CaseFailure(f"import returned block ids {ids} for {golden.n_blocks} blocks")
+        free_after = pool.free_blocks()
+        if free_after != free_before - len(ids):
+            raise CaseFailure(f"free blocks {free_before} before importing, {free_after} after")
+        for index, (block, block_id) in enumerate(zip(expected, ids, strict=True)):
+            where = f"{golden.display} block {index} (id {block_id})"
+            compare_readback(block, pool.read(block_id), pool.dtype, where)
+            if block.block_hash:
+                _check_registered(pool, block.block_hash, where)
+
+
+def _expected_blocks(golden: GoldenEntry, blob: bytes) -> list[oracle.Block]:
+    if golden.version == 1:
+        return golden.oracle_blocks()
+    envelope = oracle.decode(blob)
+    return [
+        oracle.Block(r.block_hash, r.n_tokens, np.asarray(r.decoded.values))
+        for r in envelope.records
+    ]
+
+
+def _check_registered(pool: PoolHandle, block_hash: int, where: str) -> None:
+    # Any block of that hash will do: a pool that already held one (a server's pool outlives a
+    # test) may well hand out the older copy.
+    try:
+        found = pool.find(block_hash)
+    except Refused as refusal:
+        raise CaseFailure(f"{where}: hash {block_hash:#x} is not registered: {refusal}") from None
+    if pool.read(found).block_hash != block_hash:
+        raise CaseFailure(f"{where}: find({block_hash:#x}) gives block {found} of another hash")
