@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -11,7 +12,7 @@ import numpy as np
 from . import oracle
 from .adapters import PoolHandle, ReadBack
 from .diff import envelope_diff
-from .errors import Refused
+from .errors import NotObservable, Refused
 
 T = TypeVar("T")
 MAX_ELEMENTS_SHOWN = 6
@@ -144,11 +145,17 @@ def _find(pool: PoolHandle, block_hash: int) -> int | None:
 
 
 def snapshot(pool: PoolHandle, blocks: Iterable[int], hashes: Iterable[int]) -> PoolSnapshot:
-    return PoolSnapshot(
-        free=pool.free_blocks(),
-        blocks={b: pool.read(b) for b in blocks},
-        registered={h: _find(pool, h) for h in hashes if h},
-    )
+    """What can be observed of the pool; a block or hash the way in cannot reach is left out
+    (over gRPC: an unregistered block)."""
+    shot = PoolSnapshot(free=pool.free_blocks())
+    for block in blocks:
+        with contextlib.suppress(NotObservable):
+            shot.blocks[block] = pool.read(block)
+    for block_hash in hashes:
+        if block_hash:
+            with contextlib.suppress(NotObservable):
+                shot.registered[block_hash] = _find(pool, block_hash)
+    return shot
 
 
 def compare_snapshots(before: PoolSnapshot, after: PoolSnapshot, what: str) -> None:
@@ -156,7 +163,9 @@ def compare_snapshots(before: PoolSnapshot, after: PoolSnapshot, what: str) -> N
     if after.free != before.free:
         problems.append(f"free blocks {before.free} before, {after.free} after")
     for block_hash, held in before.registered.items():
-        now = after.registered.get(block_hash)
+        if block_hash not in after.registered:
+            continue
+        now = after.registered[block_hash]
         if now != held:
             was = "unregistered" if held is None else f"block {held}"
             problems.append(
@@ -164,6 +173,8 @@ def compare_snapshots(before: PoolSnapshot, after: PoolSnapshot, what: str) -> N
                 + ("unregistered" if now is None else f"block {now}")
             )
     for block, old in before.blocks.items():
+        if block not in after.blocks:
+            continue
         new = after.blocks[block]
         if (old.block_hash, old.n_tokens) != (new.block_hash, new.n_tokens) or not np.array_equal(
             old.values.view(np.uint32), new.values.view(np.uint32)

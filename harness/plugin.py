@@ -11,12 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 
 from .adapters import AdapterSettings, open_adapter, parse_impl
 from .cases import Case, CaseFileError, load_case_file
 from .checks import CaseFailure
 from .errors import ImplementationFault, NotObservable, Refused, SuiteUsageError
+from .fuzzing import FuzzRecorder, case_file_text, regression_case, write_regression
+from .profiles import DEFAULT_PROFILE
 from .requirements import level_of, unknown_ids
 from .testee import Testee
 from .yamlsource import YamlSourceError, load_yaml
@@ -63,6 +66,13 @@ PARITY_ROOT_HELP = (
     "conformance/test_parity.py (default: parity, under the suite's root)"
 )
 
+WRITE_REGRESSIONS_OPTION = "--write-regressions"
+WRITE_REGRESSIONS_INI = "tlkv_write_regressions"
+WRITE_REGRESSIONS_HELP = (
+    "write each fuzzing failure's minimal example as a YAML case into cases/regressions/ "
+    "(it is printed in the failure report either way)"
+)
+
 CASE_DIR_NAME = "cases"
 TESTEES = pytest.StashKey[list[Testee]]()
 KNOWN = pytest.StashKey["list[KnownFailure]"]()
@@ -96,6 +106,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(PARITY_ROOT_OPTION, dest="tlkv_parity_root", help=PARITY_ROOT_HELP)
     parser.addini(PARITY_ROOT_INI, PARITY_ROOT_HELP, default="parity")
 
+    group.addoption(
+        WRITE_REGRESSIONS_OPTION,
+        dest="tlkv_write_regressions",
+        action="store_true",
+        default=None,
+        help=WRITE_REGRESSIONS_HELP,
+    )
+    parser.addini(WRITE_REGRESSIONS_INI, WRITE_REGRESSIONS_HELP, type="bool", default=False)
+
 
 def _setting(config: pytest.Config, dest: str, ini: str) -> Any:
     value = config.getoption(dest)
@@ -110,6 +129,7 @@ MARKERS = {
     "reader": "importing envelopes and the reader rules",
     "pool": "pool behaviour: writes, references, the hash registry",
     "transfer": "the tl.kv.v1 gRPC transfer",
+    "fuzz": "property tests on drawn inputs (hypothesis; profiles in harness/profiles.py)",
     "reqs(*ids)": "the requirement ids (harness/requirements.yaml) a test checks",
 }
 
@@ -117,6 +137,8 @@ MARKERS = {
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    if not config.getoption("hypothesis_profile", None):
+        hypothesis.settings.load_profile(DEFAULT_PROFILE)
     try:
         v2_level = _setting(config, "tlkv_v2_level", V2_LEVEL_INI)
         if v2_level not in ("strict", "tolerant"):
@@ -276,13 +298,39 @@ class CaseItem(pytest.Item):
         return self.path, self.case.origin.line - 1, f"case {self.case.id}"
 
 
+@pytest.fixture
+def fuzz_case(request: pytest.FixtureRequest) -> FuzzRecorder:
+    """Runs a drawn case spec against the testee; a failing one becomes a regression case."""
+    marker = request.node.get_closest_marker("reqs")
+    return FuzzRecorder(request.config.rootpath, tuple(marker.args) if marker else ())
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     # A skipped case points at its YAML line, not at the plugin line that raised the skip.
     if report.skipped and isinstance(item, CaseItem) and isinstance(report.longrepr, tuple):
         report.longrepr = (str(item.path), item.case.origin.line, report.longrepr[2])
+    recorder = getattr(item, "funcargs", {}).get("fuzz_case")
+    if report.failed and call.when == "call" and isinstance(recorder, FuzzRecorder):
+        failure = str(call.excinfo.value) if call.excinfo else ""
+        _report_regression(item, report, recorder, failure)
     return report
+
+
+def _report_regression(
+    item: pytest.Item, report: pytest.TestReport, recorder: FuzzRecorder, failure: str
+) -> None:
+    if recorder.last is None:
+        return
+    testee = item.funcargs.get("testee")  # type: ignore[attr-defined]
+    label = testee.label if isinstance(testee, Testee) else "?"
+    case = regression_case(recorder.last, item.nodeid, label, failure)
+    text = case_file_text(case)
+    if _setting(item.config, "tlkv_write_regressions", WRITE_REGRESSIONS_INI):
+        path = write_regression(item.config.rootpath, case)
+        text = f"# written to {_rel(path, item.config.rootpath)}\n{text}"
+    report.sections.append(("regression case (commit it to cases/regressions/)", text))
 
 
 def _rel(path: Path, root: Path) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .adapters import Adapter, ImplInfo, ImplSpec
+from .adapters import GRPC_STATUS_OF, Adapter, ImplInfo, ImplSpec
 
 
 @dataclass(frozen=True, eq=False)
@@ -21,9 +21,12 @@ class Testee:
     def label(self) -> str:
         return self.spec.label
 
-    def refusal(self, c_code: str, grpc_status: str) -> str:
-        """The refusal code this testee's way in reports for a C code / gRPC status pair."""
-        return grpc_status if self.adapter.status_domain == "grpc" else c_code
+    def refusal(self, c_code: str, grpc_status: str | None = None) -> str:
+        """The refusal this testee's way in reports for a C status (and its gRPC status, when
+        a case names one; otherwise the usual mapping)."""
+        if self.adapter.status_domain != "grpc":
+            return c_code
+        return grpc_status or GRPC_STATUS_OF[c_code]
 
     def can(self, capability: str) -> bool:
         return capability in self.info.capabilities

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import SuiteUsageError
-from ._base import STATUS_CODES, Adapter, Capability, ImplInfo, PoolHandle, ReadBack
+from ._base import GRPC_STATUS_OF, STATUS_CODES, Adapter, Capability, ImplInfo, PoolHandle, ReadBack
 from ._pymodule import PyModuleAdapter
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
 
@@ -39,6 +39,7 @@ def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
 
 __all__ = [
     "ACCEPTED_FORMS",
+    "GRPC_STATUS_OF",
     "STATUS_CODES",
     "Adapter",
     "AdapterSettings",

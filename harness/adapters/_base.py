@@ -10,6 +10,15 @@ import numpy as np
 from ..oracle import Geometry
 
 STATUS_CODES = ("EINVAL", "ENOMEM", "EFORMAT", "ESHAPE", "ENOTFOUND")
+# How a gRPC server reports what a C library reports with each status (docs/grpc.md); the
+# reader rules carry their own statuses (harness.oracle.READER_RULES).
+GRPC_STATUS_OF = {
+    "EINVAL": "INVALID_ARGUMENT",
+    "ENOMEM": "RESOURCE_EXHAUSTED",
+    "EFORMAT": "DATA_LOSS",
+    "ESHAPE": "DATA_LOSS",
+    "ENOTFOUND": "NOT_FOUND",
+}
 POOL_DTYPES = ("f16", "f32")
 
 

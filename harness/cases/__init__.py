@@ -1,7 +1,7 @@
 """YAML conformance cases: the file format (case-schema.yaml, docs/cases.md), loading, kinds."""
 
 from ._kinds import KINDS, Case, CaseOrigin, RejectCase
-from ._loader import CaseFile, CaseFileError, load_case_file
+from ._loader import CaseFile, CaseFileError, build_generated_case, load_case_file
 from ._sources import CaseDataError, EnvelopeResolver, mutate, plan_blocks, tokens_of
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "CaseOrigin",
     "EnvelopeResolver",
     "RejectCase",
+    "build_generated_case",
     "load_case_file",
     "mutate",
     "plan_blocks",

@@ -600,7 +600,7 @@ class RejectCase(Case):
 
     def _acceptable(self, testee: Testee, verdict: Verdict) -> set[str]:
         if self.code is not None:
-            return {testee.refusal(self.code, self.grpc or "")}
+            return {testee.refusal(self.code, self.grpc)}
         domain = (
             verdict.grpc_statuses if testee.adapter.status_domain == "grpc" else verdict.c_codes
         )
@@ -617,7 +617,7 @@ class RejectCase(Case):
         if declared > self.pool.capacity and testee.adapter.status_domain == "c":
             codes.add("EINVAL")
         if declared > free:
-            codes.add(testee.refusal("ENOMEM", "RESOURCE_EXHAUSTED"))
+            codes.add(testee.refusal("ENOMEM"))
         return codes
 
     def run(self, testee: Testee) -> None:
@@ -633,9 +633,10 @@ class RejectCase(Case):
                 ids = pool.import_envelope(self.data, self.pool.capacity)
             except Refused as refusal:
                 if refusal.code not in acceptable:
+                    said = f"; it said: {refusal.detail}" if refusal.detail else ""
                     raise CaseFailure(
                         f"refused with {refusal.code}, expected {' or '.join(sorted(acceptable))} "
-                        f"({why})"
+                        f"({why}){said}"
                     ) from None
             else:
                 raise CaseFailure(
@@ -836,7 +837,7 @@ class _PoolScript:
                 raise CaseFailure(f"step {number} ({op}): {refusal}") from None
 
     def _refusal(self, code: str) -> str:
-        return self.testee.refusal(code, code)
+        return self.testee.refusal(code)
 
     def _write(self, plan: BlockPlan) -> None:
         write = lambda: self.pool.write(plan.block_hash, plan.n_tokens, plan.values)  # noqa: E731
@@ -947,3 +948,7 @@ KINDS: dict[str, Any] = {
         PoolCase,
     )
 }
+
+from ._transfer import TransferCase  # noqa: E402 - it builds on the classes above
+
+KINDS[TransferCase.kind] = TransferCase

@@ -133,3 +133,20 @@ def _build_case(raw: Mapping[str, Any], ctx: FileContext) -> list[Case]:
         "origin": ctx.origin(raw),
     }
     return KINDS[raw["kind"]].build(raw, common, ctx)
+
+
+def build_generated_case(
+    raw: Mapping[str, Any], root: Path, envelopes: Mapping[str, Any] | None = None
+) -> list[Case]:
+    """Build a case that no file declares (a fuzzer's), checked like a file's case."""
+    document = {"cases": [raw], **({"envelopes": envelopes} if envelopes else {})}
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(document))
+    if error is not None:
+        raise CaseFileError(f"generated case {raw.get('id')!r}: {_schema_message(error)}")
+    source = yaml.safe_dump(raw, sort_keys=False, default_flow_style=None, width=100)
+    origin = CaseOrigin(Path("<generated>"), 1, source.rstrip())
+    ctx = FileContext(resolver=EnvelopeResolver(envelopes or {}, root), origin=lambda _raw: origin)
+    try:
+        return _build_case(raw, ctx)
+    except (CaseDataError, ValueError) as exc:
+        raise CaseFileError(f"generated case {raw.get('id')!r}: {exc}") from None

@@ -1,0 +1,120 @@
+"""Properties on drawn inputs, through whichever adapter is selected (harness/strategies.py).
+
+Each example is a case spec run by the same case kinds as the YAML corpus; a failing example is
+shown as a YAML case (and written to cases/regressions/ with --write-regressions).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from harness import oracle, strategies
+from harness.adapters import Capability
+from harness.cases import EnvelopeResolver, mutate
+
+pytestmark = pytest.mark.fuzz
+MAX_POOL_ELEMENTS = 1 << 20
+
+
+def _versions(testee, which: str) -> list[int]:
+    versions = sorted(getattr(testee.info, which) & {1, 2})
+    if not versions:
+        pytest.skip(f"{testee.label} has no envelope version for this property")
+    return versions
+
+
+@pytest.mark.hash
+@pytest.mark.reqs("HASH-FNV", "HASH-INPUT", "HASH-ZERO")
+@given(parent=st.integers(0, strategies.U64_MAX), tokens=strategies.tokens(1, 64))
+def test_block_hash_equals_oracle(testee, fuzz_case, parent, tokens) -> None:
+    if not testee.can(Capability.HASH):
+        pytest.skip(f"{testee.label} cannot observe block_hash")
+    fuzz_case.check({"kind": "hash", "parent": parent, "tokens": tokens}, testee)
+
+
+@pytest.mark.writer
+@pytest.mark.reqs(
+    "ENV-HEADER", "ENV-RECORD", "ENV-CRC", "V1-LAYOUT", "V1-PAD", "V2-LAYOUT", "V2-SCALE", "V2-E4M3"
+)
+@given(data=st.data())
+def test_export_equals_oracle(testee, fuzz_case, data) -> None:
+    version = data.draw(st.sampled_from(_versions(testee, "write_versions")), label="version")
+    build = data.draw(strategies.envelope_specs(version), label="envelope")["build"]
+    fuzz_case.check({"kind": "export", **build}, testee)
+
+
+@pytest.mark.writer
+@pytest.mark.reader
+@pytest.mark.reqs("READ-ACCEPT", "POOL-WRITE-READ", "V2-DECODE")
+@given(data=st.data())
+def test_import_of_export_reads_back(testee, fuzz_case, data) -> None:
+    versions = sorted(set(_versions(testee, "write_versions")) & testee.info.read_versions)
+    version = data.draw(st.sampled_from(versions or [0]), label="version")
+    if not version:
+        pytest.skip(f"{testee.label} reads none of the versions it writes")
+    build = data.draw(strategies.envelope_specs(version), label="envelope")["build"]
+    fuzz_case.check({"kind": "roundtrip", **build}, testee)
+
+
+def _refused_or_read(
+    data: bytes, envelope: dict, mutations: list, reseal: bool, read_versions: frozenset[int]
+) -> dict:
+    """The case spec for a mutated envelope: a rejection if the oracle rejects it under this
+    reader, else an import that must read back what the oracle decodes."""
+    try:
+        geometry = oracle.header_geometry(data)
+    except ValueError:
+        geometry = None
+    if geometry is not None:
+        violations = oracle.find_violations(data, oracle.ReaderProfile(geometry, read_versions))
+        if not violations:
+            # A valid envelope declaring a geometry no test pool can hold (an empty envelope
+            # with head_dim 2^32 - 1, say) says nothing a smaller one would not.
+            assume(geometry.n_elements <= MAX_POOL_ELEMENTS)
+            return {"kind": "import", "envelope": {"hex": data.hex()}}
+    spec = {"kind": "reject", "envelope": envelope, "reseal": reseal, "expect": {"any_rule": True}}
+    if mutations:
+        spec["mutate"] = mutations
+    if geometry is None and "build" in envelope:
+        spec["pool"] = {"geometry": envelope["build"]["geometry"]}
+    return spec
+
+
+@pytest.mark.reader
+@pytest.mark.reqs(
+    "READ-LENGTH",
+    "READ-MAGIC",
+    "READ-CRC",
+    "READ-VERSION",
+    "READ-DTYPE",
+    "READ-GEOMETRY",
+    "READ-NTOKENS",
+    "READ-HASH-FILL",
+    "READ-ATOMIC",
+)
+@given(data=st.data())
+def test_mutated_envelope_refused_with_oracle_code_or_read(testee, fuzz_case, data) -> None:
+    envelope = data.draw(strategies.envelope_specs(realistic=False), label="envelope")
+    reseal = data.draw(st.booleans(), label="reseal")
+    resolver = EnvelopeResolver({}, fuzz_case.root)
+    base = resolver.resolve(envelope).data
+    mutations = data.draw(strategies.mutation_lists(base, envelope, reseal), label="mutations")
+    mutated = mutate(base, mutations, reseal, resolver)
+    spec = _refused_or_read(mutated, envelope, mutations, reseal, testee.info.read_versions)
+    fuzz_case.check(spec, testee)
+
+
+@pytest.mark.reader
+@pytest.mark.reqs("READ-LENGTH-MIN", "READ-LENGTH", "READ-MAGIC", "READ-CRC", "READ-ATOMIC")
+@given(envelope=strategies.random_envelopes())
+def test_arbitrary_bytes_are_refused_safely(testee, fuzz_case, envelope) -> None:
+    data = bytes.fromhex(envelope["hex"])
+    spec = _refused_or_read(data, envelope, [], False, testee.info.read_versions)
+    if spec["kind"] == "reject" and "pool" not in spec:
+        try:
+            oracle.header_geometry(data)
+        except ValueError:
+            spec["pool"] = {"geometry": [2, 1, 1, 2]}
+    fuzz_case.check(spec, testee)

@@ -1,0 +1,655 @@
+"""The gRPC way in (`grpc:HOST:PORT[,geometry=BxLxHxD]`): the suite plays the prefill side of
+tl.kv.v1 against a decode server (CONTRACT section 3, docs/grpc.md).
+
+The server has one pool, which outlives every case, and tl.kv.v1 reaches a block only by its
+hash and has no release. So the pool operations map onto the transfer as far as it allows, and
+whatever it cannot show raises NotObservable (the case is skipped, never passed):
+
+- `write` pushes a one-block v1 envelope; `import_envelope` pushes a valid envelope as one
+  stream of one-block chunks, and anything else as it is, in one chunk.
+- `read` and `export` pull a block back by its hash (PullKv); `find` asks HasBlocks.
+- `free_blocks` comes from GetInfo, counted from what the server had free when the case opened
+  its pool, so a case sees a pool of the capacity it asked for.
+- `release` and `block_hash` cannot be observed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+
+from .. import oracle
+from ..errors import ImplementationFault, NotObservable, Refused, SuiteUsageError
+from ..grpc_stubs import kv_pb2, kv_pb2_grpc
+from ._base import Adapter, Capability, ImplInfo, PoolHandle, ReadBack
+from ._spec import ImplSpec
+
+T = TypeVar("T")
+
+MAX_PAYLOAD = 4 * 1024 * 1024
+# A call failing with one of these is the server's fault or absence, never a refusal of the
+# data sent: the case fails with it rather than comparing it with an expected status.
+_FAULT_STATUSES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+_RECORD_HASH = struct.Struct("<Q")
+NO_INFO = "the server does not offer GetInfo (UNIMPLEMENTED), so its free blocks cannot be observed"
+NO_PULL = (
+    "the server does not offer PullKv (UNIMPLEMENTED), so the content of its blocks cannot be "
+    "observed"
+)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One KvChunk as the suite sends or receives it."""
+
+    index: int
+    kv_format: int
+    block_hash: int
+    payload: bytes
+    crc32c: int
+    request_id: str = ""
+
+    @classmethod
+    def of_payload(
+        cls, index: int, kv_format: int, block_hash: int, payload: bytes, request_id: str = ""
+    ) -> Chunk:
+        """A chunk with the right crc32c field (an empty payload's is 0)."""
+        crc = oracle.crc32c(payload) if payload else 0
+        return cls(index, kv_format, block_hash, payload, crc, request_id)
+
+
+@dataclass(frozen=True)
+class PushCounts:
+    """A PushKvResponse."""
+
+    blocks_stored: int
+    blocks_reused: int
+    payload_bytes: int
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """A PoolInfo (GetInfo)."""
+
+    geometry: oracle.Geometry
+    read_versions: frozenset[int]
+    free_blocks: int
+
+
+@dataclass
+class _Known:
+    """A block id the adapter handed out, and the hash that reaches it over tl.kv.v1."""
+
+    block_hash: int
+    # (version, record bytes) this adapter pushed; None for a block it did not write itself
+    # (found registered by a refused import, or stored from data the server should have refused)
+    content: tuple[int, bytes] | None
+
+
+def format_geometry(geometry: oracle.Geometry) -> str:
+    return f"{geometry.block_tokens}x{geometry.n_layers}x{geometry.n_kv_heads}x{geometry.head_dim}"
+
+
+def parse_geometry(text: str) -> oracle.Geometry:
+    """`BxLxHxD` -> Geometry (ValueError with the text quoted)."""
+    parts = text.lower().split("x")
+    try:
+        if len(parts) != 4:
+            raise ValueError
+        return oracle.Geometry(*(int(p) for p in parts))
+    except ValueError:
+        raise ValueError(
+            f"geometry {text!r} is not BxLxHxD (block_tokens x n_layers x n_kv_heads x "
+            "head_dim, each a positive integer), e.g. 16x2x2x64"
+        ) from None
+
+
+def _header_field(data: bytes, name: str) -> int | None:
+    field = oracle.HEADER_FIELDS[name]
+    return field.read(data) if len(data) >= field.offset + field.size else None
+
+
+def _first_record_hash(data: bytes) -> int:
+    if len(data) >= oracle.HEADER_SIZE + _RECORD_HASH.size:
+        return _RECORD_HASH.unpack_from(data, oracle.HEADER_SIZE)[0]
+    return 0
+
+
+class GrpcAdapter(Adapter):
+    """A tl.kv.v1 decode server, reached as its prefill side."""
+
+    status_domain = "grpc"
+
+    def __init__(self, spec: ImplSpec, settings: Any) -> None:
+        super().__init__(spec.label)
+        self.target = spec.target
+        self._timeout = float(settings.call_timeout)
+        self._channel = grpc.insecure_channel(
+            spec.target,
+            # A pulled 4 MiB envelope plus its chunk's fields exceeds gRPC's default 4 MiB.
+            options=[("grpc.max_receive_message_length", -1)],
+        )
+        self._stub = kv_pb2_grpc.KvTransferStub(self._channel)
+        self._requests = itertools.count(1)
+        self._blocks: list[_Known] = []
+        self._pushed: dict[int, set[tuple[int, bytes]]] = {}  # hash -> contents pushed
+        self._held_before: set[int] = set()  # hashes the server held before this run pushed them
+        try:
+            self._connect(spec)
+        except BaseException:
+            self._channel.close()
+            raise
+
+    # -- startup --------------------------------------------------------------------------------
+
+    def _usage(self, problem: str) -> SuiteUsageError:
+        return SuiteUsageError(f"--impl {self.label}: {problem}")
+
+    def _connect(self, spec: ImplSpec) -> None:
+        try:
+            self._stub.HasBlocks(kv_pb2.HasBlocksRequest(), timeout=self._timeout)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise self._usage(
+                    f"cannot reach the server ({code.name}: {_details(exc)})"
+                ) from None
+            raise self._usage(
+                f"HasBlocks failed with {code.name} ({_details(exc)}): is this a tl.kv.v1 "
+                "KvTransfer server?"
+            ) from None
+        option = spec.options.get("geometry")
+        try:
+            given = parse_geometry(option) if option is not None else None
+        except ValueError as exc:
+            raise self._usage(str(exc)) from None
+        info = self._get_info_or_none()
+        self.has_info = info is not None
+        if info is not None:
+            if given is not None and given != info.geometry:
+                raise self._usage(
+                    f"geometry={option} but the server's GetInfo says its pool is "
+                    f"{format_geometry(info.geometry)}"
+                )
+            self.geometry = info.geometry
+            self.read_versions = info.read_versions
+            if 1 not in self.read_versions:
+                raise self._usage(
+                    f"GetInfo says the server reads versions {sorted(self.read_versions)}; "
+                    "every reader reads v1"
+                )
+        elif given is None:
+            raise self._usage(
+                "the server does not offer GetInfo (UNIMPLEMENTED), so give its pool geometry: "
+                f"grpc:{spec.target},geometry=BxLxHxD"
+            )
+        else:
+            self.geometry = given
+            self.read_versions = self._probe_read_versions()
+        self.has_pull = self._offers_pull()
+
+    def _get_info_or_none(self) -> ServerInfo | None:
+        try:
+            return self.server_info()
+        except NotObservable:
+            return None
+
+    def _offers_pull(self) -> bool:
+        request = kv_pb2.PullKvRequest(kv_format=1)  # no blocks: answers nothing, changes nothing
+        try:
+            self._call(
+                "PullKv",
+                lambda: list(self._stub.PullKv(request, timeout=self._timeout)),
+                optional=NO_PULL,
+            )
+        except NotObservable:
+            return False
+        except (Refused, ImplementationFault) as exc:
+            raise self._usage(f"PullKv of no blocks failed: {exc}") from None
+        return True
+
+    def _probe_read_versions(self) -> frozenset[int]:
+        """Without GetInfo, push one partial (unregistered) block in v1, which checks the
+        geometry given, then one in v2: FAILED_PRECONDITION means a v1-only reader. Each probe
+        the server accepts occupies one block of its pool for good (docs/grpc.md)."""
+        reads = {1}
+        for version in (1, 2):
+            block = oracle.Block(0, 1, np.zeros(self.geometry.values_shape, dtype=np.float32))
+            payload = oracle.encode(self.geometry, [block], version)
+            try:
+                self.push([Chunk.of_payload(0, version, 0, payload, self._request_id())])
+            except Refused as refusal:
+                if version == 2 and refusal.code == "FAILED_PRECONDITION":
+                    continue
+                raise self._usage(
+                    f"the server refused a v{version} block of the geometry given "
+                    f"({format_geometry(self.geometry)}) with {refusal.code}: is geometry= "
+                    f"right? ({refusal.detail})"
+                ) from None
+            except ImplementationFault as exc:
+                raise self._usage(f"probing which versions the server reads: {exc}") from None
+            reads.add(version)
+        return frozenset(reads)
+
+    # -- the adapter protocol -------------------------------------------------------------------
+
+    def info(self) -> ImplInfo:
+        # What this way in can observe: never the hash function; pools (reads of content, free
+        # counts) only with both extensions; exports only with PullKv.
+        capabilities = {Capability.IMPORT}
+        if self.has_info and self.has_pull:
+            capabilities.add(Capability.POOL)
+        if self.has_pull:
+            capabilities.add(Capability.EXPORT)
+        return ImplInfo(
+            read_versions=self.read_versions,
+            # tl.kv.v1 announces what a server reads; PullKv is assumed to write the same.
+            write_versions=self.read_versions if self.has_pull else frozenset(),
+            # The pool's own precision is not announced; every read goes through a v1
+            # envelope, so the suite sees f16 values whatever the server stores.
+            pool_dtype="f16",
+            capabilities=frozenset(capabilities),
+        )
+
+    def block_hash(self, parent: int, tokens: list[int]) -> int:
+        raise NotObservable(
+            "block_hash cannot be observed over tl.kv.v1: chunks carry the hashes the prefill "
+            "side computed"
+        )
+
+    def open_pool(self, geometry: oracle.Geometry, capacity: int) -> GrpcPool:
+        if geometry != self.geometry:
+            raise NotObservable(
+                f"the server's pool is {format_geometry(self.geometry)}; this case needs a pool "
+                f"of {format_geometry(geometry)}"
+            )
+        return GrpcPool(self, geometry, capacity)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> GrpcAdapter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the transfer, for transfer cases -------------------------------------------------------
+
+    def has_blocks(self, hashes: Sequence[int]) -> list[bool]:
+        request = kv_pb2.HasBlocksRequest(block_hashes=list(hashes))
+        response = self._call(
+            "HasBlocks", lambda: self._stub.HasBlocks(request, timeout=self._timeout)
+        )
+        held = list(response.held)
+        if len(held) != len(hashes):
+            raise ImplementationFault(
+                f"HasBlocks answered {len(held)} flags for {len(hashes)} hashes"
+            )
+        return held
+
+    def push(self, chunks: Sequence[Chunk]) -> PushCounts:
+        """One PushKv stream of `chunks`; Refused(status name) if the server refuses it."""
+        messages = [
+            kv_pb2.KvChunk(
+                request_id=c.request_id,
+                index=c.index,
+                kv_format=c.kv_format,
+                block_hash=c.block_hash,
+                payload=c.payload,
+                crc32c=c.crc32c,
+            )
+            for c in chunks
+        ]
+        response = self._call(
+            "PushKv", lambda: self._stub.PushKv(iter(messages), timeout=self._timeout)
+        )
+        return PushCounts(response.blocks_stored, response.blocks_reused, response.payload_bytes)
+
+    def server_info(self) -> ServerInfo:
+        """GetInfo; NotObservable when the server does not offer it."""
+        response = self._call(
+            "GetInfo",
+            lambda: self._stub.GetInfo(kv_pb2.GetInfoRequest(), timeout=self._timeout),
+            optional=NO_INFO,
+        )
+        try:
+            geometry = oracle.Geometry(
+                response.block_tokens, response.n_layers, response.n_kv_heads, response.head_dim
+            )
+        except ValueError as exc:
+            raise ImplementationFault(f"GetInfo describes no usable pool: {exc}") from None
+        return ServerInfo(geometry, frozenset(response.read_versions), response.free_blocks)
+
+    def pull(self, hashes: Sequence[int], kv_format: int) -> list[Chunk]:
+        """PullKv; NotObservable when the server does not offer it. Checks each chunk's
+        crc32c field and hash, so a caller sees only the payloads."""
+        request = kv_pb2.PullKvRequest(block_hashes=list(hashes), kv_format=kv_format)
+        messages = self._call(
+            "PullKv",
+            lambda: list(self._stub.PullKv(request, timeout=self._timeout)),
+            optional=NO_PULL,
+        )
+        if len(messages) != len(hashes):
+            raise ImplementationFault(
+                f"PullKv of {len(hashes)} blocks streamed {len(messages)} chunks"
+            )
+        chunks = []
+        for index, (message, wanted) in enumerate(zip(messages, hashes, strict=True)):
+            payload = bytes(message.payload)
+            crc = oracle.crc32c(payload)
+            if message.crc32c != crc or message.block_hash != wanted:
+                raise ImplementationFault(
+                    f"PullKv chunk {index}: crc32c field {message.crc32c:#010x} (payload's "
+                    f"{crc:#010x}), block_hash {message.block_hash:#018x} (asked {wanted:#018x})"
+                )
+            chunks.append(
+                Chunk(
+                    message.index,
+                    message.kv_format,
+                    message.block_hash,
+                    payload,
+                    message.crc32c,
+                    message.request_id,
+                )
+            )
+        return chunks
+
+    def new_request_id(self) -> str:
+        return self._request_id()
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _request_id(self) -> str:
+        return f"tlkv-conformance-{next(self._requests)}"
+
+    def _call(self, rpc: str, action: Callable[[], T], optional: str | None = None) -> T:
+        try:
+            return action()
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if optional is not None and code == grpc.StatusCode.UNIMPLEMENTED:
+                raise NotObservable(optional) from None
+            if code in _FAULT_STATUSES:
+                raise ImplementationFault(
+                    f"{rpc} on {self.target} failed with {code.name}: {_details(exc)}"
+                ) from None
+            raise Refused(code.name, rpc, _details(exc)) from None
+
+    # -- bookkeeping shared by every pool handle (the server's pool outlives them) ---------------
+
+    def _store(self, blocks: Sequence[tuple[int, bytes, int]]) -> list[int]:
+        """Push one-block envelopes (hash, payload, version) as one stream; their new ids."""
+        new = [h for h, _, _ in blocks if h and h not in self._pushed]
+        if new:
+            self._held_before.update(
+                h for h, held in zip(new, self.has_blocks(new), strict=True) if held
+            )
+        request_id = self._request_id()
+        chunks = [
+            Chunk.of_payload(index, version, block_hash, payload, request_id)
+            for index, (block_hash, payload, version) in enumerate(blocks)
+        ]
+        counts = self.push(chunks)
+        if counts.blocks_stored != len(blocks):
+            raise ImplementationFault(
+                f"PushKv of {len(blocks)} payloads answered blocks_stored {counts.blocks_stored}"
+            )
+        ids = []
+        for block_hash, payload, version in blocks:
+            content = (version, payload[oracle.HEADER_SIZE : -oracle.CRC_SIZE])
+            if block_hash:
+                self._pushed.setdefault(block_hash, set()).add(content)
+            ids.append(self._new_id(_Known(block_hash, content)))
+        return ids
+
+    def _new_id(self, known: _Known) -> int:
+        self._blocks.append(known)
+        return len(self._blocks) - 1
+
+    def _known(self, block: int) -> _Known:
+        if not 0 <= block < len(self._blocks):
+            raise NotObservable(f"block id {block} was never handed out by this adapter")
+        return self._blocks[block]
+
+    def _reachable_hash(self, block: int, what: str) -> int:
+        """The hash that reaches `block` over tl.kv.v1, if it reaches that block alone."""
+        known = self._known(block)
+        if known.block_hash == 0:
+            raise NotObservable(
+                f"{what}: block {block} has no hash (a partial or unregistered block), and "
+                "tl.kv.v1 reaches blocks only by hash"
+            )
+        if known.content is not None and (
+            known.block_hash in self._held_before or len(self._pushed[known.block_hash]) > 1
+        ):
+            raise NotObservable(
+                f"{what}: the server holds more than one block with hash {known.block_hash:#x} "
+                "(held before this run pushed it, or pushed with other contents since), and "
+                "tl.kv.v1 reaches a block only by its hash"
+            )
+        return known.block_hash
+
+
+def _details(exc: grpc.RpcError) -> str:
+    """The status message's first line (a status from grpcio's own transport can be long)."""
+    details = exc.details() if callable(getattr(exc, "details", None)) else None
+    text = str(details or exc).strip()
+    return text.splitlines()[0] if text else "no details"
+
+
+class GrpcPool(PoolHandle):
+    """The server's one pool, seen as a pool of the capacity the case asked for."""
+
+    def __init__(self, adapter: GrpcAdapter, geometry: oracle.Geometry, capacity: int) -> None:
+        super().__init__(geometry, capacity)
+        self._adapter = adapter
+        self._free_at_open: int | None = None
+        if adapter.has_info:
+            free = adapter.server_info().free_blocks
+            if free < capacity:
+                raise NotObservable(
+                    f"the server has {free} free blocks; this case needs a pool of {capacity}"
+                )
+            self._free_at_open = free
+        self._written: dict[int, int] = {}  # hash -> the first id this pool wrote with it
+        self._seen_unheld: set[int] = set()  # hashes HasBlocks said were not held, in this pool
+        self._registered_since: dict[int, int] = {}  # of those, held later without a write
+
+    @property
+    def dtype(self) -> str:
+        return "f16"
+
+    def free_blocks(self) -> int:
+        if self._free_at_open is None:
+            raise NotObservable(NO_INFO)
+        used = self._free_at_open - self._adapter.server_info().free_blocks
+        return self.capacity - used
+
+    def _room_for(self, n_blocks: int, what: str) -> None:
+        free = self.free_blocks()
+        if free < n_blocks:
+            raise NotObservable(
+                f"{what}: the case's pool of {self.capacity} blocks has {free} free, but the "
+                "server's pool is larger, so running out of blocks cannot be observed"
+            )
+
+    def write(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int:
+        b = self.geometry.block_tokens
+        if not 1 <= n_tokens <= b or (block_hash and n_tokens != b):
+            raise NotObservable(
+                f"write(hash {block_hash:#x}, n_tokens {n_tokens}) with B = {b}: a pool write's "
+                "argument check has no tl.kv.v1 counterpart (pushing such a block is a "
+                "reader-rule case)"
+            )
+        self._room_for(1, "write")
+        block = oracle.Block(block_hash, n_tokens, np.asarray(values, dtype=np.float32))
+        payload = oracle.encode(self.geometry, [block], 1)
+        return self._remember(self._adapter._store([(block_hash, payload, 1)]))[0]
+
+    def _remember(self, ids: list[int]) -> list[int]:
+        for block in ids:
+            block_hash = self._adapter._known(block).block_hash
+            if block_hash:
+                self._written.setdefault(block_hash, block)
+        return ids
+
+    def read(self, block: int) -> ReadBack:
+        block_hash = self._adapter._reachable_hash(block, f"read({block})")
+        (chunk,) = self._adapter.pull([block_hash], 1)
+        envelope = self._decode_pulled(chunk.payload, 1, f"read({block})")
+        (record,) = envelope.records
+        return ReadBack(record.block_hash, record.n_tokens, record.decoded.values)
+
+    def find(self, block_hash: int) -> int:
+        (held,) = self._adapter.has_blocks([block_hash])
+        if not held:
+            self._seen_unheld.add(block_hash)
+            raise Refused("NOT_FOUND", f"find({block_hash:#x})", "HasBlocks says it is not held")
+        if block_hash in self._written:
+            # The block this pool wrote, if the hash reaches it alone.
+            block = self._written[block_hash]
+            self._adapter._reachable_hash(block, f"find({block_hash:#x})")
+            return block
+        if block_hash in self._seen_unheld:
+            # Not held earlier in this case, held now, yet no write or import of this pool
+            # returned it: something this case did registered it (a refused import, say).
+            if block_hash not in self._registered_since:
+                self._registered_since[block_hash] = self._adapter._new_id(_Known(block_hash, None))
+            return self._registered_since[block_hash]
+        # Held, but not through this pool: an earlier case (or run) left it on the server. A
+        # fresh pool would not find it, and whether this one would cannot be observed.
+        raise NotObservable(
+            f"find({block_hash:#x}): the server holds it from outside this case's pool (an "
+            "earlier case or run), so what this pool would answer cannot be observed"
+        )
+
+    def release(self, block: int) -> None:
+        raise NotObservable(
+            "tl.kv.v1 has no way to release a block, so releases and what follows them cannot "
+            "be observed"
+        )
+
+    def export_bytes(self, n_blocks: int, version: int) -> int:
+        # tl.kv.v1 has no size query: this is the spec's formula; an export that follows checks
+        # the real size of what the server sends.
+        if version not in self._adapter.info().write_versions:
+            return 0
+        return self.geometry.envelope_size(n_blocks, version)
+
+    def export(self, blocks: list[int], version: int) -> bytes:
+        if len(blocks) != 1:
+            raise NotObservable(
+                f"an export of {len(blocks)} blocks in one envelope cannot be observed: "
+                "PullKv streams one-block envelopes"
+            )
+        if version not in self._adapter.info().write_versions:
+            raise NotObservable(
+                f"v{version} is not a version the server reads, and how it refuses an export "
+                "in it has no C counterpart over tl.kv.v1"
+            )
+        block_hash = self._adapter._reachable_hash(blocks[0], f"export v{version}")
+        (chunk,) = self._adapter.pull([block_hash], version)
+        return chunk.payload
+
+    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
+        data = bytes(data)
+        adapter = self._adapter
+        profile = oracle.ReaderProfile(self.geometry, adapter.read_versions)
+        violations = oracle.find_violations(data, profile)
+        if violations:
+            return self._push_as_is(data, oracle.Rejected(violations))
+        envelope = oracle.decode(data, profile)
+        n = envelope.n_blocks
+        if n == 0:
+            raise NotObservable(
+                "an envelope of 0 blocks has no tl.kv.v1 counterpart (each chunk carries one)"
+            )
+        if n > max_blocks:
+            raise NotObservable(
+                f"{n} blocks, max_blocks {max_blocks}: PushKv has no max_blocks, so that "
+                "refusal cannot be observed"
+            )
+        self._room_for(n, "import")
+        # A valid envelope travels as the transfer moves it: one chunk per block, in order, in
+        # one stream; each chunk's payload is that block's record in a one-block envelope.
+        header = oracle.encode_header(self.geometry, envelope.version, 1)
+        record_size = self.geometry.record_size(envelope.version)
+        singles = []
+        for record in envelope.records:
+            body = header + data[record.offset : record.offset + record_size]
+            payload = oracle.seal(body)
+            if len(payload) > MAX_PAYLOAD:
+                raise NotObservable(
+                    f"a one-block envelope of this geometry is {len(payload)} bytes, more than a "
+                    "chunk may carry (4 MiB)"
+                )
+            singles.append((record.block_hash, payload, envelope.version))
+        return self._remember(adapter._store(singles))
+
+    def _push_as_is(self, data: bytes, rejected: oracle.Rejected) -> list[int]:
+        """Replay an envelope the oracle rejects as one chunk, exactly as the case made it."""
+        if not data:
+            raise NotObservable(
+                "a 0-byte envelope cannot be sent over tl.kv.v1: an empty payload means "
+                "'use your cached copy of block_hash'"
+            )
+        n_blocks = _header_field(data, "n_blocks")
+        rules = ", ".join(sorted(rejected.rule_ids))
+        several = n_blocks is not None and n_blocks != 1
+        if several and "FAILED_PRECONDITION" in rejected.grpc_statuses:
+            raise NotObservable(
+                f"the envelope has n_blocks {n_blocks}, which PushKv refuses with DATA_LOSS "
+                f"(XFER-CHUNK-ONE) whatever else is wrong, so the FAILED_PRECONDITION of {rules} "
+                "cannot be observed apart from it"
+            )
+        version = _header_field(data, "version")
+        chunk = Chunk.of_payload(
+            0,
+            1 if version is None else version,  # a payload too short to say: the format all read
+            _first_record_hash(data),
+            data,
+            self._adapter.new_request_id(),
+        )
+        try:
+            counts = self._adapter.push([chunk])
+        except Refused as refusal:
+            if several:
+                raise Refused(
+                    refusal.code,
+                    refusal.call,
+                    f"{refusal.detail} [the payload has n_blocks {n_blocks}: DATA_LOSS is due "
+                    f"for XFER-CHUNK-ONE as well as for {rules}]",
+                ) from None
+            raise
+        # Accepted: hand out ids for what the server says it stored, so the case reports it.
+        return [self._adapter._new_id(_Known(0, None)) for _ in range(counts.blocks_stored or 1)]
+
+    def _decode_pulled(self, payload: bytes, version: int, what: str) -> oracle.Envelope:
+        profile = oracle.ReaderProfile(self.geometry, frozenset({version}))
+        try:
+            envelope = oracle.decode(payload, profile)
+        except oracle.Rejected as exc:
+            raise ImplementationFault(
+                f"{what}: PullKv sent an unreadable envelope: {exc}"
+            ) from None
+        if envelope.n_blocks != 1:
+            raise ImplementationFault(
+                f"{what}: PullKv sent an envelope of {envelope.n_blocks} blocks, not 1"
+            )
+        return envelope

@@ -1,0 +1,448 @@
+"""The `transfer` case kind: the suite plays the prefill side of tl.kv.v1 (spec, "Transfer").
+
+A case describes a prompt (full blocks and a partial tail, with values), how much of it the
+decode server already holds (an earlier, shorter prompt transferred first), and optionally one
+chunk to tamper with. It runs exactly as a prefill engine would: HasBlocks first, an empty
+payload for each held block, a one-block envelope for every other block including the tail.
+
+The server's pool outlives every case and cannot be cleared over tl.kv.v1, so each run draws
+fresh random tokens: the hashes are new to the server whatever ran before (the tokens and
+hashes are in every failure message). Only gRPC testees run these cases.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .. import oracle
+from ..adapters import ReadBack
+from ..checks import CaseFailure, compare_readback
+from ..errors import NotObservable, Refused
+from ..testee import Testee
+from ..values import make_values
+from ._kinds import Case, FileContext
+from ._sources import CaseDataError, EnvelopeResolver, geometry_of, mutate
+
+MAX_PAYLOAD = 4 * 1024 * 1024
+DEFAULT_VALUES = {"pcg64": {"seed": 11, "low": -4.0, "high": 4.0}}
+
+
+@dataclass(frozen=True)
+class Tamper:
+    """What to change in one chunk of the transfer (the first one with a payload by default)."""
+
+    chunk: int | None = None
+    empty_payload: bool = False
+    payload_blocks: int | None = None  # carry this many blocks (from this one on) in one envelope
+    mutations: tuple[Mapping[str, Any], ...] = ()
+    reseal: bool = True
+    crc32c_xor: int = 0
+    kv_format: int | None = None
+    block_hash_xor: int = 0
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any] | None) -> Tamper | None:
+        if raw is None:
+            return None
+        return cls(
+            chunk=raw.get("chunk"),
+            empty_payload=raw.get("empty_payload", False),
+            payload_blocks=raw.get("payload_blocks"),
+            mutations=tuple(raw.get("mutate", ())),
+            reseal=raw.get("reseal", True),
+            crc32c_xor=raw.get("crc32c_xor", 0),
+            kv_format=raw.get("kv_format"),
+            block_hash_xor=raw.get("block_hash_xor", 0),
+        )
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    """One drawn prompt: its tokens, each block's hash (0 for the tail), envelope and block."""
+
+    geometry: oracle.Geometry
+    version: int
+    tokens: list[int]
+    hashes: list[int]
+    blocks: list[oracle.Block]
+    payloads: list[bytes] = field(repr=False)
+
+    @property
+    def full_hashes(self) -> list[int]:
+        return [h for h in self.hashes if h]
+
+    def describe(self) -> str:
+        shown = " ".join(str(t) for t in self.tokens[:12]) + (
+            " ..." if len(self.tokens) > 12 else ""
+        )
+        hashes = ", ".join(f"{h:#018x}" for h in self.hashes)
+        return (
+            f"prompt of {len(self.tokens)} tokens ({shown}), B = {self.geometry.block_tokens}, "
+            f"block hashes {hashes}"
+        )
+
+
+def _draw_prompt(
+    geometry: oracle.Geometry, version: int, full: int, tail: int, recipe: Mapping[str, Any]
+) -> _Prompt:
+    b = geometry.block_tokens
+    rng = np.random.default_rng(secrets.randbits(128))
+    tokens = [int(t) for t in rng.integers(0, 1 << 32, size=full * b + tail, dtype=np.uint64)]
+    hashes = oracle.sequence_hashes(tokens, b)
+    blocks, payloads = [], []
+    for index, block_hash in enumerate(hashes):
+        n_tokens = b if block_hash else tail
+        values = make_values(recipe, geometry, salt=index)
+        block = oracle.Block(block_hash, n_tokens, values)
+        blocks.append(block)
+        payloads.append(oracle.encode(geometry, [block], version))
+    return _Prompt(geometry, version, tokens, hashes, blocks, payloads)
+
+
+def _listing(statuses: frozenset[str]) -> str:
+    return " or ".join(sorted(statuses))
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class TransferCase(Case):
+    kind = "transfer"
+    markers = ("transfer",)
+
+    geometry: oracle.Geometry | None  # None: whatever the server's pool is
+    version: int
+    full_blocks: int
+    tail: int
+    held: int
+    values: Mapping[str, Any]
+    v1_only: bool
+    tamper: Tamper | None
+    statuses: frozenset[str] | None  # None: the transfer is accepted
+    atomic: bool
+    checks: frozenset[str]
+    resolver: EnvelopeResolver
+
+    @classmethod
+    def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
+        geometry = geometry_of(raw["geometry"]) if "geometry" in raw else None
+        full, tail, held = raw["full_blocks"], raw.get("tail", 1), raw.get("held", 0)
+        n_chunks = full + (1 if tail else 0)
+        if not n_chunks:
+            raise CaseDataError("the prompt has no block: give full_blocks or tail")
+        if held > full:
+            raise CaseDataError(f"held {held} of only {full} full blocks")
+        if geometry is not None and tail >= geometry.block_tokens:
+            raise CaseDataError(
+                f"a tail of {tail} tokens is no partial block with B = {geometry.block_tokens}"
+            )
+        expect = raw.get("expect", {})
+        status = expect.get("status")
+        statuses = (
+            None if status is None else frozenset([status] if isinstance(status, str) else status)
+        )
+        tamper = Tamper.of(raw.get("tamper"))
+        if tamper is not None:
+            if statuses is None:
+                raise CaseDataError("a tampered chunk needs expect: status")
+            chunk = held if tamper.chunk is None else tamper.chunk
+            if chunk >= n_chunks:
+                raise CaseDataError(f"tamper chunk {chunk}: the prompt has {n_chunks} chunks")
+            if chunk < held and (tamper.mutations or tamper.payload_blocks is not None):
+                raise CaseDataError(f"chunk {chunk} is held: it carries no payload to tamper")
+            if tamper.payload_blocks is not None and chunk + tamper.payload_blocks > n_chunks:
+                raise CaseDataError(
+                    f"payload_blocks {tamper.payload_blocks} from chunk {chunk}: the prompt has "
+                    f"{n_chunks} blocks"
+                )
+            tamper = replace(tamper, chunk=chunk)
+        if expect.get("atomic") and tamper is None:
+            raise CaseDataError("atomic: true needs a tampered chunk")
+        return [
+            cls(
+                **common,
+                geometry=geometry,
+                version=raw.get("version", 1),
+                full_blocks=full,
+                tail=tail,
+                held=held,
+                values=raw.get("values", DEFAULT_VALUES),
+                v1_only=raw.get("reader") == "v1-only",
+                tamper=tamper,
+                statuses=statuses,
+                atomic=bool(expect.get("atomic")),
+                checks=frozenset(raw.get("check", ())),
+                resolver=ctx.resolver,
+            )
+        ]
+
+    def item_markers(self) -> tuple[str, ...]:
+        return (*self.markers, f"v{self.version}")
+
+    # -- whether this testee can run it ---------------------------------------------------------
+
+    def skip_reason(self, testee: Testee) -> str | None:
+        adapter = testee.adapter
+        if testee.adapter.status_domain != "grpc" or not hasattr(adapter, "push"):
+            return (
+                f"transfer cases play the prefill side of tl.kv.v1; {testee.label} is not a "
+                "gRPC endpoint (--impl grpc:HOST:PORT)"
+            )
+        server = adapter.geometry
+        if self.geometry is not None and self.geometry != server:
+            return f"the server's pool is {_shape(server)}; this case needs {_shape(self.geometry)}"
+        if self.tail >= server.block_tokens:
+            return f"the server's B is {server.block_tokens}: no partial tail of {self.tail} tokens"
+        reads = testee.info.read_versions
+        if self.v1_only and reads != frozenset({1}):
+            return f"this case is for a v1-only reader; {testee.label} reads {_versions(reads)}"
+        if self.statuses is None and self.version not in reads:
+            return f"{testee.label} does not read v{self.version}"
+        size = server.envelope_size(1, self.version)
+        if size > MAX_PAYLOAD and self.statuses is None:
+            return (
+                f"a one-block v{self.version} envelope of the server's pool is {size} bytes, "
+                "more than 4 MiB"
+            )
+        return None
+
+    # -- running it -----------------------------------------------------------------------------
+
+    def run(self, testee: Testee) -> None:
+        adapter: Any = testee.adapter
+        geometry = self.geometry or adapter.geometry
+        if "content" in self.checks and not adapter.has_pull:
+            raise NotObservable("this case compares content; the server does not offer PullKv")
+        if "free_blocks" in self.checks and not adapter.has_info:
+            raise NotObservable("this case counts free blocks; the server does not offer GetInfo")
+        prompt = _draw_prompt(geometry, self.version, self.full_blocks, self.tail, self.values)
+        run = _Run(adapter, prompt)
+        try:
+            run.expect_held([False] * len(prompt.full_hashes), "before anything was sent")
+            if self.held:
+                run.prime(self.held)
+            self._transfer(run)
+        except CaseFailure as failure:
+            raise CaseFailure(f"{failure}\n{prompt.describe()}") from None
+
+    def _transfer(self, run: _Run) -> None:
+        prompt = run.prompt
+        held = [i < self.held for i in range(len(prompt.full_hashes))]
+        run.expect_held(held, "after the earlier prompt")
+        run.expect_held_shuffled(held)
+        chunks = run.prefill_chunks(held)
+        if self.tamper is not None:
+            chunks = self._tampered(chunks, prompt)
+        free_before = run.free_blocks()
+        if self.statuses is not None:
+            self._expect_refusal(run, chunks, held, free_before)
+            return
+        try:
+            counts = run.adapter.push(chunks)
+        except Refused as refusal:
+            raise CaseFailure(f"the transfer was refused: {refusal}") from None
+        missing = sum(1 for h in held if not h)
+        stored = missing + (1 if self.tail else 0)
+        size = prompt.geometry.envelope_size(1, self.version)
+        expected = (stored, self.held, stored * size)
+        got = (counts.blocks_stored, counts.blocks_reused, counts.payload_bytes)
+        if got != expected:
+            raise CaseFailure(
+                f"PushKv answered blocks_stored {got[0]}, blocks_reused {got[1]}, payload_bytes "
+                f"{got[2]}; expected {expected[0]}, {expected[1]}, {expected[2]} ({missing} "
+                f"missing full blocks + {1 if self.tail else 0} tail, {size}-byte envelopes, "
+                f"{self.held} held)"
+            )
+        run.expect_held([True] * len(held), "after the transfer")
+        run.expect_free(free_before, stored, "the transfer")
+        if "content" in self.checks:
+            run.compare_content()
+
+    def _tampered(self, chunks: list[Any], prompt: _Prompt) -> list[Any]:
+        tamper = self.tamper
+        assert tamper is not None
+        assert tamper.chunk is not None
+        index = tamper.chunk
+        chunk = chunks[index]
+        payload = chunk.payload
+        if tamper.payload_blocks is not None:
+            blocks = prompt.blocks[index : index + tamper.payload_blocks]
+            payload = oracle.encode(prompt.geometry, blocks, self.version)
+        if tamper.mutations:
+            payload = mutate(payload, list(tamper.mutations), tamper.reseal, self.resolver)
+        if tamper.empty_payload:
+            payload = b""
+        crc = (oracle.crc32c(payload) if payload else 0) ^ tamper.crc32c_xor
+        chunks[index] = replace(
+            chunk,
+            payload=payload,
+            crc32c=crc,
+            kv_format=chunk.kv_format if tamper.kv_format is None else tamper.kv_format,
+            block_hash=chunk.block_hash ^ tamper.block_hash_xor,
+        )
+        return chunks
+
+    def _expect_refusal(
+        self, run: _Run, chunks: list[Any], held: list[bool], free_before: int | None
+    ) -> None:
+        assert self.statuses is not None
+        first = self.tamper.chunk if self.tamper is not None else self.held
+        assert first is not None
+        try:
+            counts = run.adapter.push(chunks)
+        except Refused as refusal:
+            if refusal.code not in self.statuses:
+                raise CaseFailure(
+                    f"refused with {refusal.code}, expected {_listing(self.statuses)}: "
+                    f"{_what(chunks[first], first)} ({refusal.detail})"
+                ) from None
+        else:
+            raise CaseFailure(
+                f"accepted (blocks_stored {counts.blocks_stored}, blocks_reused "
+                f"{counts.blocks_reused}) a transfer it must refuse with "
+                f"{_listing(self.statuses)}: {_what(chunks[first], first)}"
+            )
+        # The rejected chunk, and any after it, register nothing; blocks held before stay held;
+        # with `atomic`, the blocks earlier chunks of the stream stored are gone too. Without it,
+        # either is fine for those.
+        hashes = run.prompt.full_hashes
+        claimed = chunks[first].block_hash
+        extra = [claimed] if claimed and claimed not in hashes else []
+        got = run.adapter.has_blocks(hashes + extra)
+        wrong = []
+        for i, (block_hash, now) in enumerate(zip(hashes + extra, got, strict=True)):
+            if i < len(held) and held[i]:
+                want: bool | None = True
+            elif i < first and i < len(held):
+                want = False if self.atomic else None
+            else:
+                want = False
+            if want is not None and now != want:
+                wrong.append(
+                    f"block {i if i < len(hashes) else 'claimed'} {block_hash:#018x} is "
+                    f"{'held' if now else 'not held'}"
+                )
+        if wrong:
+            raise CaseFailure(
+                f"after the refused transfer (chunk {first} refused"
+                + (", and the stream is all or nothing" if self.atomic else "")
+                + "), HasBlocks says: "
+                + "; ".join(wrong)
+            )
+        stored_before = 0 if self.atomic else sum(1 for c in chunks[:first] if c.payload)
+        run.expect_free(free_before, stored_before, "the refused transfer", at_most=True)
+
+
+class _Run:
+    """One prompt's transfers against one server."""
+
+    def __init__(self, adapter: Any, prompt: _Prompt) -> None:
+        self.adapter = adapter
+        self.prompt = prompt
+
+    def prefill_chunks(self, held: Sequence[bool], upto: int | None = None) -> list[Any]:
+        from ..adapters._grpc import Chunk  # grpcio is imported only when a transfer runs
+
+        prompt = self.prompt
+        request_id = self.adapter.new_request_id()
+        chunks = []
+        count = len(prompt.hashes) if upto is None else upto
+        for index in range(count):
+            block_hash = prompt.hashes[index]
+            reuse = block_hash != 0 and index < len(held) and held[index]
+            payload = b"" if reuse else prompt.payloads[index]
+            chunks.append(Chunk.of_payload(index, prompt.version, block_hash, payload, request_id))
+        return chunks
+
+    def prime(self, n_blocks: int) -> None:
+        """Transfer the first n full blocks as an earlier prompt, so the server holds them."""
+        chunks = self.prefill_chunks([False] * n_blocks, upto=n_blocks)
+        try:
+            counts = self.adapter.push(chunks)
+        except Refused as refusal:
+            raise CaseFailure(
+                f"the earlier prompt of {n_blocks} blocks was refused: {refusal}"
+            ) from None
+        size = self.prompt.geometry.envelope_size(1, self.prompt.version)
+        got = (counts.blocks_stored, counts.blocks_reused, counts.payload_bytes)
+        if got != (n_blocks, 0, n_blocks * size):
+            raise CaseFailure(
+                f"the earlier prompt of {n_blocks} new blocks: blocks_stored {got[0]}, "
+                f"blocks_reused {got[1]}, payload_bytes {got[2]}; expected {n_blocks}, 0, "
+                f"{n_blocks * size}"
+            )
+
+    def expect_held(self, expected: list[bool], when: str) -> None:
+        got = self.adapter.has_blocks(self.prompt.full_hashes)
+        if got != expected:
+            raise CaseFailure(f"HasBlocks {when} says held {got}, expected {expected}")
+
+    def expect_held_shuffled(self, expected: list[bool]) -> None:
+        """The answers follow the request's order, whatever it is."""
+        hashes = self.prompt.full_hashes
+        order = list(reversed(range(len(hashes))))
+        if len(order) > 2:
+            order = order[1:] + order[:1]
+        got = self.adapter.has_blocks([hashes[i] for i in order])
+        want = [expected[i] for i in order]
+        if got != want:
+            raise CaseFailure(
+                f"HasBlocks of the blocks in the order {order} says held {got}, expected {want}"
+            )
+
+    def free_blocks(self) -> int | None:
+        if not self.adapter.has_info:
+            return None
+        return self.adapter.server_info().free_blocks
+
+    def expect_free(self, before: int | None, used: int, what: str, at_most: bool = False) -> None:
+        if before is None:
+            return  # no GetInfo: cases that need the count say so in `check`
+        after = self.adapter.server_info().free_blocks
+        if after == before - used or (at_most and before - used <= after <= before):
+            return
+        bound = f"between {before - used} and {before}" if at_most and used else f"{before - used}"
+        raise CaseFailure(
+            f"GetInfo says {after} free blocks after {what}, {before} before; expected {bound}"
+        )
+
+    def compare_content(self) -> None:
+        hashes = self.prompt.full_hashes
+        chunks = self.adapter.pull(hashes, 1)
+        profile = oracle.ReaderProfile(self.prompt.geometry, frozenset({1}))
+        for index, chunk in enumerate(chunks):
+            try:
+                envelope = oracle.decode(chunk.payload, profile)
+            except oracle.Rejected as exc:
+                raise CaseFailure(
+                    f"PullKv of block {index} sent an unreadable envelope: {exc}"
+                ) from None
+            if envelope.n_blocks != 1:
+                raise CaseFailure(f"PullKv of block {index} sent {envelope.n_blocks} blocks")
+            (record,) = envelope.records
+            sent = oracle.decode(self.prompt.payloads[index]).records[0]
+            expected = oracle.Block(sent.block_hash, sent.n_tokens, sent.decoded.values)
+            compare_readback(
+                expected,
+                ReadBack(record.block_hash, record.n_tokens, record.decoded.values),
+                "f16",
+                f"block {index} pulled back in v1",
+            )
+
+
+def _what(chunk: Any, index: int) -> str:
+    return (
+        f"chunk {index} (kv_format {chunk.kv_format}, block_hash {chunk.block_hash:#018x}, "
+        f"{len(chunk.payload)}-byte payload, crc32c field {chunk.crc32c:#010x})"
+    )
+
+
+def _shape(geometry: oracle.Geometry) -> str:
+    return f"{geometry.block_tokens}x{geometry.n_layers}x{geometry.n_kv_heads}x{geometry.head_dim}"
+
+
+def _versions(reads: frozenset[int]) -> str:
+    return ",".join(f"v{v}" for v in sorted(reads))

@@ -1,0 +1,68 @@
+"""Running fuzzer-drawn case specs, and turning a failing one into a committed regression case."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .cases import build_generated_case
+from .errors import NotObservable
+from .testee import Testee
+
+REGRESSIONS_DIR = Path("cases") / "regressions"
+
+
+@dataclass
+class FuzzRecorder:
+    """Runs each drawn spec as a case and remembers the last one: after a failure, hypothesis
+    replays the minimal failing example last, so that is the one reported."""
+
+    root: Path
+    reqs: tuple[str, ...] = ()
+    last: dict[str, Any] | None = field(default=None, repr=False)
+
+    def check(self, spec: dict[str, Any], testee: Testee) -> None:
+        spec = {"id": "fuzz", "reqs": list(self.reqs), **spec}
+        self.last = spec
+        for case in build_generated_case(spec, self.root):
+            reason = case.skip_reason(testee)
+            if reason:
+                pytest.skip(reason)
+            try:
+                case.run(testee)
+            except NotObservable as exc:
+                pytest.skip(str(exc))
+
+
+def regression_case(spec: dict[str, Any], test: str, testee: str, failure: str) -> dict[str, Any]:
+    """The YAML case for a failing spec: its id is a digest of its content, so writing the same
+    regression twice changes nothing."""
+    body = {k: v for k, v in spec.items() if k != "id"}
+    digest = hashlib.sha256(yaml.safe_dump(body, sort_keys=True).encode()).hexdigest()[:10]
+    first_line = failure.strip().splitlines()[0] if failure.strip() else "failed"
+    today = datetime.date.today().isoformat()
+    return {
+        "id": f"fuzz-{digest}",
+        **{k: v for k, v in body.items() if k in ("kind", "reqs")},
+        "doc": f"Found by {test} against {testee} on {today}: {first_line}",
+        **{k: v for k, v in body.items() if k not in ("kind", "reqs")},
+    }
+
+
+def case_file_text(case: dict[str, Any]) -> str:
+    document = {"title": "A regression found by fuzzing", "cases": [case]}
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)
+
+
+def write_regression(root: Path, case: dict[str, Any]) -> Path:
+    folder = root / REGRESSIONS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{case['id']}.yaml"
+    path.write_text(case_file_text(case), encoding="utf-8")
+    return path

@@ -1,0 +1,10 @@
+"""The reference decode server of tl.kv.v1: `python -m reference.grpc_server --help`.
+
+A real gRPC server over one pool of a backend module with the Python testee protocol
+(reference.pyref by default). docs/grpc.md describes the service and the decisions it makes
+where the spec is silent. It never imports the suite (harness/).
+"""
+
+from ._service import MAX_PAYLOAD, RECEIVE_LIMIT, KvTransferServer
+
+__all__ = ["MAX_PAYLOAD", "RECEIVE_LIMIT", "KvTransferServer"]

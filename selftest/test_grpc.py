@@ -1,0 +1,390 @@
+"""The gRPC way in (`--impl=grpc:HOST:PORT`) and the reference decode server.
+
+Each test starts its own reference server (python -m reference.grpc_server --port 0) as a child
+process, so every run sees a fresh pool; the suite itself runs in another child, as a user
+would run it. docs/grpc.md describes what is observable this way and what is skipped.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from harness import oracle
+from harness.adapters import AdapterSettings, parse_impl
+from harness.adapters._grpc import Chunk, GrpcAdapter
+from harness.cases import RejectCase, load_case_file
+from harness.cases._transfer import TransferCase
+from harness.errors import NotObservable, Refused, SuiteUsageError
+
+ROOT = Path(__file__).resolve().parent.parent
+# The reader cases of the corpus use this pool; the exhaustive ones the spec example's.
+READER_GEOMETRY = (4, 2, 2, 8)
+SPEC_GEOMETRY = (2, 1, 1, 2)
+# One v1 block of this pool is an envelope of exactly 4 MiB (cases/transfer.yaml).
+FOUR_MIB_GEOMETRY = (5, 1, 7, 29959)
+# Every case leaves its blocks on the server (tl.kv.v1 cannot release), so plenty of room.
+CAPACITY = 20_000
+STARTUP_SECONDS = 20
+FAILED_PRECONDITION = "FAILED_PRECONDITION"
+
+
+@dataclass
+class Server:
+    port: int
+    process: subprocess.Popen[str]
+
+    @property
+    def impl(self) -> str:
+        return f"grpc:127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def _start(args: list[str]) -> Server:
+    command = [sys.executable, "-m", "reference.grpc_server", "--port", "0", *args]
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    deadline = time.monotonic() + STARTUP_SECONDS
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline and process.poll() is None:
+            if selector.select(timeout=0.1):
+                break
+    line = process.stdout.readline() if process.poll() is None else ""
+    prefix = "listening on 127.0.0.1:"
+    if not line.startswith(prefix):
+        process.kill()
+        _, stderr = process.communicate(timeout=5)
+        pytest.fail(f"{' '.join(command)} did not start: {line!r} {stderr.strip()}")
+    return Server(int(line[len(prefix) :]), process)
+
+
+def _stop(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.communicate()
+
+
+@pytest.fixture
+def grpc_server() -> Iterator[Callable[..., Server]]:
+    """`grpc_server(*flags, geometry=(B, L, H, D), capacity=N)` starts a reference server."""
+    started: list[Server] = []
+
+    def start(
+        *flags: str, geometry: tuple[int, int, int, int] = READER_GEOMETRY, capacity: int = CAPACITY
+    ) -> Server:
+        b, layers, heads, dim = geometry
+        server = _start(
+            [
+                f"--block-tokens={b}",
+                f"--n-layers={layers}",
+                f"--n-kv-heads={heads}",
+                f"--head-dim={dim}",
+                f"--capacity={capacity}",
+                *flags,
+            ]
+        )
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        _stop(server)
+
+
+def _adapter(server: Server, options: str = "") -> GrpcAdapter:
+    spec = parse_impl(server.impl + options)
+    return GrpcAdapter(spec, AdapterSettings(call_timeout=10))
+
+
+def _skip_reasons(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("SKIPPED")]
+
+
+def _assert_clean(run, what: str) -> None:
+    assert not run.failed, f"{what}: failed {run.failed}\n{run.output[-4000:]}"
+    assert run.returncode == 0, f"{what}: exit code {run.returncode}\n{run.output[-4000:]}"
+    for line in _skip_reasons(run.output):
+        # "SKIPPED [n] file:line: reason": a skip always says why.
+        _, _, reason = line.partition(": ")
+        assert reason.strip(), line
+
+
+def _transfer_node(case_id: str) -> str:
+    return f"cases/transfer.yaml::{case_id}"
+
+
+def _transfer_cases() -> list[TransferCase]:
+    loaded = load_case_file(ROOT / "cases" / "transfer.yaml", ROOT)
+    return [c for c in loaded.cases if isinstance(c, TransferCase)]
+
+
+# -- the suite against the reference server ----------------------------------------------------
+
+
+@pytest.mark.parametrize("geometry", [READER_GEOMETRY, SPEC_GEOMETRY], ids=["4x2x2x8", "2x1x1x2"])
+def test_suite_passes_against_the_reference_server(grpc_server, run_suite, geometry):
+    server = grpc_server(geometry=geometry)
+    # The whole suite once (conformance/ too), then the case corpus only.
+    scope = () if geometry == READER_GEOMETRY else ("cases",)
+    run = run_suite(f"--impl={server.impl}", "-rs", *scope)
+    _assert_clean(run, "the suite against the reference server")
+    # Every transfer case for this server ran, not just skipped.
+    for case in _transfer_cases():
+        if case.geometry is None and not case.v1_only:
+            assert run.outcomes.get(_transfer_node(case.id)) == "passed", case.id
+
+
+def test_v1_only_server_refuses_v2_with_failed_precondition(grpc_server, run_suite):
+    server = grpc_server("--read-versions=1")
+    run = run_suite(f"--impl={server.impl}", "cases", "-rs")
+    _assert_clean(run, "the suite against a v1-only server")
+    assert run.outcomes[_transfer_node("v2-to-v1-only-reader")] == "passed"
+    assert run.outcomes[_transfer_node("v2-held-prefix")] == "skipped"
+    with _adapter(server) as adapter:
+        v2 = oracle.encode(
+            adapter.geometry, [oracle.Block(0, 1, np.zeros(adapter.geometry.values_shape))], 2
+        )
+        with pytest.raises(Refused) as refusal:
+            adapter.push([Chunk.of_payload(0, 2, 0, v2)])
+        assert refusal.value.code == FAILED_PRECONDITION
+
+
+def test_without_extensions_content_checks_are_skipped(grpc_server, run_suite):
+    server = grpc_server("--no-extensions")
+    b, layers, heads, dim = READER_GEOMETRY
+    impl = f"{server.impl},geometry={b}x{layers}x{heads}x{dim}"
+    run = run_suite(f"--impl={impl}", "cases", "-rs")
+    _assert_clean(run, "the suite against a server without GetInfo and PullKv")
+    assert run.outcomes[_transfer_node("fresh-prompt")] == "passed"
+    assert run.outcomes[_transfer_node("pull-back-v1")] == "skipped"
+    assert run.outcomes[_transfer_node("free-blocks-count-stored-only")] == "skipped"
+    assert "the server does not offer PullKv" in run.output
+    assert "cannot observe pool through this way in" in run.output
+    assert not run.passed or all(node.startswith("cases/transfer.yaml::") for node in run.passed), (
+        "without the extensions only transfer cases can pass"
+    )
+
+
+def test_without_extensions_the_geometry_is_required(grpc_server, run_suite):
+    server = grpc_server("--no-extensions")
+    run = run_suite(f"--impl={server.impl}", "cases/transfer.yaml")
+    assert run.returncode == 4
+    assert "give its pool geometry: grpc:" in run.output
+
+
+def test_unreachable_server_is_one_line(run_suite):
+    with socket.socket() as probe:  # a port nobody listens on (closed again at once)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run = run_suite(f"--impl=grpc:127.0.0.1:{port}", "cases/transfer.yaml", "--call-timeout=5")
+    assert run.returncode == 4, run.output
+    lines = [line for line in run.output.splitlines() if "cannot reach the server" in line]
+    assert len(lines) == 1, run.output
+    assert f"--impl grpc:127.0.0.1:{port}: cannot reach the server (UNAVAILABLE" in lines[0]
+    assert "Traceback" not in run.output
+
+
+def _expects_only_failed_precondition(case: object, reads: frozenset[int]) -> bool:
+    if isinstance(case, TransferCase):
+        return case.statuses == frozenset({FAILED_PRECONDITION})
+    if isinstance(case, RejectCase):
+        testee = SimpleNamespace(
+            info=SimpleNamespace(read_versions=reads),
+            adapter=SimpleNamespace(status_domain="grpc"),
+            refusal=lambda c_code, grpc_status: grpc_status,
+        )
+        verdict = case._verdict_for(testee)  # type: ignore[arg-type]
+        return verdict is not None and case._acceptable(testee, verdict) == {  # type: ignore[arg-type]
+            FAILED_PRECONDITION
+        }
+    return False
+
+
+def test_wrong_version_status_fails_exactly_the_failed_precondition_cases(grpc_server, run_suite):
+    honest = grpc_server("--read-versions=1")
+    faulty = grpc_server("--read-versions=1", "--fault=wrong-version-status")
+    good = run_suite(f"--impl={honest.impl}", "cases")
+    bad = run_suite(f"--impl={faulty.impl}", "cases")
+    _assert_clean(good, "the suite against a v1-only server")
+    covering = set()
+    for path in sorted((ROOT / "cases").glob("*.yaml")):
+        for case in load_case_file(path, ROOT).cases:
+            node = f"cases/{path.name}::{case.id}"
+            if good.outcomes.get(node) == "passed" and _expects_only_failed_precondition(
+                case, frozenset({1})
+            ):
+                covering.add(node)
+    assert _transfer_node("v2-to-v1-only-reader") in covering
+    assert _transfer_node("kv-format-not-read") in covering
+    assert set(bad.failed) == covering, (
+        f"failed but not FAILED_PRECONDITION cases: {sorted(set(bad.failed) - covering)}; "
+        f"FAILED_PRECONDITION cases that passed: {sorted(covering - set(bad.failed))}"
+    )
+
+
+def test_payload_of_exactly_4_mib(grpc_server, run_suite):
+    server = grpc_server(geometry=FOUR_MIB_GEOMETRY, capacity=4)
+    run = run_suite(f"--impl={server.impl}", "cases/transfer.yaml", "-k", "4-mib")
+    _assert_clean(run, "the 4 MiB cases")
+    assert {
+        _transfer_node("payload-of-4-mib-accepted"),
+        _transfer_node("payload-over-4-mib-refused"),
+        _transfer_node("payload-over-4-mib-status"),
+    } == set(run.passed)
+
+
+def test_transfer_cases_skip_on_other_testees(run_suite):
+    run = run_suite("--impl=ref", "cases/transfer.yaml", "-rs")
+    assert run.returncode == 0, run.output
+    assert not run.passed, run.output
+    assert "is not a gRPC endpoint (--impl grpc:HOST:PORT)" in run.output
+
+
+# -- the adapter and the server, in this process -----------------------------------------------
+
+
+def test_server_describes_its_pool(grpc_server):
+    server = grpc_server("--read-versions=1,2", capacity=7)
+    with _adapter(server) as adapter:
+        info = adapter.server_info()
+        assert info.geometry == oracle.Geometry(*READER_GEOMETRY)
+        assert info.read_versions == {1, 2}
+        assert info.free_blocks == 7
+        described = adapter.info()
+        assert "hash" not in described.capabilities
+        assert {"pool", "import", "export"} <= described.capabilities
+        with pytest.raises(NotObservable, match="block_hash cannot be observed"):
+            adapter.block_hash(0, [1, 2, 3, 4])
+
+
+def test_pool_full_is_resource_exhausted_and_the_stream_is_undone(grpc_server):
+    server = grpc_server(capacity=2)
+    with _adapter(server) as adapter:
+        geometry = adapter.geometry
+        blocks = [
+            oracle.Block(oracle.block_hash(0, [i] * 4), 4, np.full(geometry.values_shape, i))
+            for i in range(3)
+        ]
+        envelopes = [oracle.encode(geometry, [b], 1) for b in blocks]
+        first = [Chunk.of_payload(0, 1, blocks[0].block_hash, envelopes[0])]
+        assert adapter.push(first).blocks_stored == 1
+        # Two more blocks into one free one: the second is refused and the first undone.
+        rest = [
+            Chunk.of_payload(i, 1, blocks[i + 1].block_hash, envelopes[i + 1]) for i in range(2)
+        ]
+        with pytest.raises(Refused) as refusal:
+            adapter.push(rest)
+        assert refusal.value.code == "RESOURCE_EXHAUSTED"
+        assert adapter.has_blocks([b.block_hash for b in blocks]) == [True, False, False]
+        assert adapter.server_info().free_blocks == 1
+
+
+def test_chunks_come_in_order(grpc_server):
+    server = grpc_server()
+    with _adapter(server) as adapter:
+        block = oracle.Block(0, 1, np.zeros(adapter.geometry.values_shape))
+        envelope = oracle.encode(adapter.geometry, [block], 1)
+        with pytest.raises(Refused) as refusal:
+            adapter.push([Chunk.of_payload(1, 1, 0, envelope)])
+        assert refusal.value.code == "INVALID_ARGUMENT"
+        assert "index 1" in refusal.value.detail
+
+
+def test_pull_of_an_unheld_hash_or_unread_format(grpc_server):
+    server = grpc_server("--read-versions=1")
+    with _adapter(server) as adapter:
+        with pytest.raises(Refused) as unheld:
+            adapter.pull([0x1234], 1)
+        assert unheld.value.code == "NOT_FOUND"
+        with pytest.raises(Refused) as unread:
+            adapter.pull([], 2)
+        assert unread.value.code == FAILED_PRECONDITION
+
+
+def test_receive_limit_admits_4_mib_and_the_other_fields(grpc_server):
+    server = grpc_server()
+    with _adapter(server) as adapter:
+        long_id = "r" * 30_000
+        header = oracle.encode_header(adapter.geometry, 1, 1)
+        exact = header + b"\x00" * (4 * 1024 * 1024 - len(header))  # READ-LENGTH: DATA_LOSS
+        with pytest.raises(Refused) as refusal:  # not a valid envelope: refused, but not for size
+            adapter.push([Chunk.of_payload(0, 1, 0, exact, long_id)])
+        assert refusal.value.code == "DATA_LOSS"
+        with pytest.raises(Refused) as refusal:
+            adapter.push([Chunk.of_payload(0, 1, 0, exact + b"\x00", long_id)])
+        assert refusal.value.code == "RESOURCE_EXHAUSTED"
+
+
+def test_pool_operations_map_onto_the_transfer(grpc_server):
+    server = grpc_server()
+    with _adapter(server) as adapter:
+        geometry = adapter.geometry
+        with adapter.open_pool(geometry, 8) as pool:
+            assert pool.free_blocks() == 8
+            values = np.arange(geometry.n_elements, dtype=np.float32).reshape(geometry.values_shape)
+            tokens = [7, 8, 9, 10]
+            full = oracle.Block(oracle.block_hash(0, tokens), 4, values)
+            tail = oracle.Block(0, 2, values)
+            data = oracle.encode(geometry, [full, tail], 1)
+            ids = pool.import_envelope(data, 8)  # valid: one stream of one-block chunks
+            assert len(ids) == 2
+            assert pool.free_blocks() == 6
+            assert pool.find(full.block_hash) == ids[0]
+            read = pool.read(ids[0])
+            assert (read.block_hash, read.n_tokens) == (full.block_hash, 4)
+            np.testing.assert_array_equal(read.values, values.astype(np.float16))
+            assert pool.export([ids[0]], 1) == oracle.encode(geometry, [full], 1)
+            with pytest.raises(NotObservable, match="no hash"):
+                pool.read(ids[1])
+            with pytest.raises(NotObservable, match="no way to release"):
+                pool.release(ids[0])
+            # A rejected two-block envelope: DATA_LOSS, saying both rules call for it.
+            broken = bytearray(data)
+            broken[-1] ^= 1
+            with pytest.raises(Refused) as refusal:
+                pool.import_envelope(bytes(broken), 8)
+            assert refusal.value.code == "DATA_LOSS"
+            assert "n_blocks 2" in refusal.value.detail
+            assert "READ-CRC" in refusal.value.detail
+            assert pool.free_blocks() == 6
+        with pytest.raises(NotObservable, match="the server's pool is 4x2x2x8"):
+            adapter.open_pool(oracle.Geometry(2, 1, 1, 2), 4)
+
+
+def test_a_hidden_failed_precondition_is_not_replayed(grpc_server):
+    server = grpc_server("--read-versions=1")
+    with _adapter(server) as adapter, adapter.open_pool(adapter.geometry, 4) as pool:
+        block = oracle.Block(0, 1, np.zeros(adapter.geometry.values_shape))
+        two_v2 = oracle.encode(adapter.geometry, [block, block], 2)
+        with pytest.raises(NotObservable, match="FAILED_PRECONDITION of READ-VERSION"):
+            pool.import_envelope(two_v2, 4)
+
+
+def test_no_extensions_probes_the_versions_read(grpc_server):
+    server = grpc_server("--no-extensions", "--read-versions=1")
+    b, layers, heads, dim = READER_GEOMETRY
+    with _adapter(server, f",geometry={b}x{layers}x{heads}x{dim}") as adapter:
+        info = adapter.info()
+        assert info.read_versions == {1}
+        assert info.capabilities == {"import"}
+    with pytest.raises(SuiteUsageError, match="is geometry= right"):
+        _adapter(server, ",geometry=4x2x2x16")
