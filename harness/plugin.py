@@ -59,6 +59,12 @@ KNOWN_FAILURES_HELP = (
     "YAML list of known failures (case, reason, strict, optional impl glob); listed cases run "
     "as expected failures, and a stale entry fails the run"
 )
+REQS_OPTION = "--reqs"
+REQS_INI = "tlkv_reqs"
+REQS_HELP = "run only tests citing one of these requirement ids (comma-separated; repeatable)"
+SKIP_REQS_OPTION = "--skip-reqs"
+SKIP_REQS_INI = "tlkv_skip_reqs"
+SKIP_REQS_HELP = "deselect tests citing any of these requirement ids (comma-separated; repeatable)"
 PARITY_ROOT_OPTION = "--parity-root"
 PARITY_ROOT_INI = "tlkv_parity_root"
 PARITY_ROOT_HELP = (
@@ -103,6 +109,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         KNOWN_FAILURES_OPTION, dest="tlkv_known_failures", action="append", help=KNOWN_FAILURES_HELP
     )
     parser.addini(KNOWN_FAILURES_INI, KNOWN_FAILURES_HELP, type="paths", default=[])
+    group.addoption(REQS_OPTION, dest="tlkv_reqs", action="append", help=REQS_HELP)
+    parser.addini(REQS_INI, REQS_HELP, type="args", default=[])
+    group.addoption(SKIP_REQS_OPTION, dest="tlkv_skip_reqs", action="append", help=SKIP_REQS_HELP)
+    parser.addini(SKIP_REQS_INI, SKIP_REQS_HELP, type="args", default=[])
     group.addoption(PARITY_ROOT_OPTION, dest="tlkv_parity_root", help=PARITY_ROOT_HELP)
     parser.addini(PARITY_ROOT_INI, PARITY_ROOT_HELP, default="parity")
 
@@ -393,10 +403,41 @@ def _item_label(item: pytest.Item) -> str:
     return testee.label if isinstance(testee, Testee) else ""
 
 
+def _req_ids(config: pytest.Config, dest: str, ini: str) -> set[str]:
+    values = config.getoption(dest) or config.getini(ini)
+    ids = {part.strip() for value in values for part in value.split(",") if part.strip()}
+    unknown = unknown_ids(sorted(ids))
+    if unknown:
+        raise pytest.UsageError(
+            f"unknown requirement ids {', '.join(unknown)} in --reqs/--skip-reqs"
+        )
+    return ids
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
+    _mark_known_failures(config, items)  # first: a stale entry is judged on the full list
+    _select_by_requirement(config, items)
+
+
+def _select_by_requirement(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = _req_ids(config, "tlkv_reqs", REQS_INI)
+    unwanted = _req_ids(config, "tlkv_skip_reqs", SKIP_REQS_INI)
+    if not wanted and not unwanted:
+        return
+    keep, drop = [], []
+    for item in items:
+        cited = set(item.stash[REQS][0]) if REQS in item.stash else set()
+        chosen = (not wanted or cited & wanted) and not cited & unwanted
+        (keep if chosen else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _mark_known_failures(config: pytest.Config, items: list[pytest.Item]) -> None:
     known = config.stash.get(KNOWN, [])
     if not known:
         return
