@@ -24,7 +24,7 @@ import pytest
 
 from harness import oracle
 from harness.adapters import Capability, PoolHandle
-from harness.checks import CaseFailure, compare_envelopes, compare_readback
+from harness.checks import CaseFailure, ValueSource, compare_envelopes, compare_readback
 from harness.errors import CorruptedGoldenFile, ImplementationFault, NotObservable, Refused
 from harness.golden import (
     MANIFEST_FILE,
@@ -239,6 +239,7 @@ def test_import(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
     if golden.version not in testee.info.read_versions:
         pytest.skip(f"{testee.label} does not read v{golden.version}")
     expected = _expected_blocks(golden, blob)
+    records = oracle.decode(blob).records
     with _testee_calls(), _open(testee, golden) as pool:
         free_before = pool.free_blocks()
         try:
@@ -252,7 +253,14 @@ def test_import(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
             raise CaseFailure(f"free blocks {free_before} before importing, {free_after} after")
         for index, (block, block_id) in enumerate(zip(expected, ids, strict=True)):
             where = f"{golden.display} block {index} (id {block_id})"
-            compare_readback(block, pool.read(block_id), pool.dtype, where)
+            compare_readback(
+                block,
+                pool.read(block_id),
+                pool.dtype,
+                where,
+                block=f"block {index}",
+                source=ValueSource.of_record(blob, records[index]),
+            )
             if block.block_hash:
                 _check_registered(pool, block.block_hash, where)
 

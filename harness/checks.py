@@ -11,11 +11,22 @@ import numpy as np
 
 from . import oracle
 from .adapters import PoolHandle, ReadBack
-from .diff import envelope_diff
+from .diff import ValueSource, envelope_diff, values_diff
 from .errors import NotObservable, Refused
 
 T = TypeVar("T")
-MAX_ELEMENTS_SHOWN = 6
+__all__ = [
+    "CaseFailure",
+    "PoolSnapshot",
+    "ValueSource",
+    "compare_envelopes",
+    "compare_readback",
+    "compare_snapshots",
+    "compare_values",
+    "in_pool_precision",
+    "refused_with",
+    "snapshot",
+]
 
 
 class CaseFailure(AssertionError):
@@ -42,30 +53,34 @@ def in_pool_precision(values: np.ndarray, dtype: str) -> np.ndarray:
     return oracle.round_to_f16(values) if dtype == "f16" else values
 
 
-def _element(shape: tuple[int, ...], flat: int) -> str:
-    layer, kv, head, pos, dim = np.unravel_index(flat, shape)
-    return f"{'KV'[kv]}[layer {layer}][head {head}][pos {pos}][dim {dim}]"
+def compare_values(
+    expected: np.ndarray,
+    actual: np.ndarray,
+    where: str,
+    dtype: str = "f32",
+    *,
+    block: str | None = None,
+    source: ValueSource | None = None,
+) -> None:
+    """Bit-exact comparison of f32 values (so -0.0 and NaN payloads count), reported in the
+    pool's precision `dtype`; `block` and `source` as for `harness.diff.values_diff`."""
+    problem = values_diff(expected, actual, dtype, block=block, source=source)
+    if problem is not None:
+        raise CaseFailure(f"{where}: {problem}")
 
 
-def compare_values(expected: np.ndarray, actual: np.ndarray, where: str) -> None:
-    """Bit-exact comparison of f32 values (so -0.0 and NaN payloads count)."""
-    expected_bits = np.ascontiguousarray(expected, dtype=np.float32).view(np.uint32).ravel()
-    actual_bits = np.ascontiguousarray(actual, dtype=np.float32).view(np.uint32).ravel()
-    differing = np.flatnonzero(expected_bits != actual_bits)
-    if not differing.size:
-        return
-    lines = [f"{where}: {differing.size} of {expected_bits.size} values differ"]
-    shape = np.shape(expected)
-    for flat in differing[:MAX_ELEMENTS_SHOWN]:
-        e, a = expected_bits[flat], actual_bits[flat]
-        lines.append(
-            f"  {_element(shape, int(flat))}: expected {float(e.view(np.float32))!r} "
-            f"({int(e):#010x}), got {float(a.view(np.float32))!r} ({int(a):#010x})"
-        )
-    raise CaseFailure("\n".join(lines))
-
-
-def compare_readback(expected: oracle.Block, got: ReadBack, dtype: str, where: str) -> None:
+def compare_readback(
+    expected: oracle.Block,
+    got: ReadBack,
+    dtype: str,
+    where: str,
+    *,
+    block: str | None = None,
+    source: ValueSource | None = None,
+) -> None:
+    """A block read back against what it should hold: hash, fill, and the values in the pool's
+    precision (positions past the fill as 0). `source`: the envelope record it was imported
+    from, quoted in a value diff."""
     if (got.block_hash, got.n_tokens) != (expected.block_hash, expected.n_tokens):
         raise CaseFailure(
             f"{where}: read back hash {got.block_hash:#x}, n_tokens {got.n_tokens}; expected "
@@ -73,7 +88,9 @@ def compare_readback(expected: oracle.Block, got: ReadBack, dtype: str, where: s
         )
     values = np.array(expected.values, dtype=np.float32)
     values[..., expected.n_tokens :, :] = 0
-    compare_values(in_pool_precision(values, dtype), got.values, where)
+    compare_values(
+        in_pool_precision(values, dtype), got.values, where, dtype, block=block, source=source
+    )
 
 
 def _code_ordinal(codes: np.ndarray) -> np.ndarray:
@@ -176,9 +193,15 @@ def compare_snapshots(before: PoolSnapshot, after: PoolSnapshot, what: str) -> N
         if block not in after.blocks:
             continue
         new = after.blocks[block]
-        if (old.block_hash, old.n_tokens) != (new.block_hash, new.n_tokens) or not np.array_equal(
-            old.values.view(np.uint32), new.values.view(np.uint32)
-        ):
-            problems.append(f"existing block {block} changed")
+        if (old.block_hash, old.n_tokens) != (new.block_hash, new.n_tokens):
+            problems.append(
+                f"existing block {block} changed from hash {old.block_hash:#x}, n_tokens "
+                f"{old.n_tokens} to hash {new.block_hash:#x}, n_tokens {new.n_tokens}"
+            )
+            continue
+        # f32: what was read before is the reference, whatever the pool's precision.
+        changed = values_diff(old.values, new.values, "f32", block=f"block {block}")
+        if changed is not None:
+            problems.append(f"existing block {block} changed: {changed}")
     if problems:
         raise CaseFailure(f"{what} changed the pool: " + "; ".join(problems))

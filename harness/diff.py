@@ -1,7 +1,11 @@
-"""Field-aware differences between two envelopes, for failure messages.
+"""Field-aware differences, for failure messages: between two envelopes, and between the
+values a pool holds and the values it should.
 
 The expected envelope's own layout names each differing byte: the header field, or the block,
-its record field, or the payload element with its [layer][head][pos][dim] index, decoded.
+its record field, or the payload element with its [layer][head][pos][dim] index, decoded (a v2
+element with its e4m3 code and its slab's scale). Values read back from a pool are shown in the
+pool's precision, as the bytes it would export, and with the envelope bytes they were imported
+from when there were some.
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ from .oracle import (
     HEADER_SIZE,
     RECORD_FIELDS,
     RECORD_PREFIX_SIZE,
+    SCALE_SIZE,
     VERSION_DTYPES,
     Geometry,
+    Record,
     e4m3_codes_to_f32,
     f16_bits_to_f32,
+    f32_to_f16_bits,
     header_geometry,
 )
 
 MAX_FIELDS_SHOWN = 8
+MAX_ELEMENTS_SHOWN = 6
 WINDOW = 16
 
 
@@ -36,6 +44,16 @@ class Span:
     start: int
     size: int
     kind: str  # "u16" | "u32" | "u64" | "f16" | "e4m3" | "f32" | "magic" | "crc"
+    scale_start: int | None = None  # e4m3: where its slab's f32 scale lies
+
+    @property
+    def end(self) -> int:
+        """The last byte of the span (inclusive, as messages quote byte ranges)."""
+        return self.start + self.size - 1
+
+    @property
+    def where(self) -> str:
+        return f"byte {self.start}" if self.size == 1 else f"bytes {self.start}..{self.end}"
 
     def show(self, data: bytes) -> str:
         raw = data[self.start : self.start + self.size]
@@ -51,15 +69,30 @@ class Span:
         if self.kind == "f16":
             value = f16_bits_to_f32(np.frombuffer(raw, dtype="<u2"))[0]
         elif self.kind == "e4m3":
-            value = e4m3_codes_to_f32(np.frombuffer(raw, dtype=np.uint8))[0]
+            return self._show_e4m3(data, raw)
         else:
             value = struct.unpack("<f", raw)[0]
         return f"{float(value)!r} ({hexed})"
 
+    def _show_e4m3(self, data: bytes, raw: bytes) -> str:
+        # A code means nothing without its slab's scale: show what a reader decodes.
+        code = e4m3_codes_to_f32(np.frombuffer(raw, dtype=np.uint8))[0]
+        scale_raw = b"" if self.scale_start is None else data[self.scale_start :][:SCALE_SIZE]
+        if len(scale_raw) < SCALE_SIZE:
+            return f"e4m3 {float(code)!r} ({raw.hex()}; no scale)"
+        scale = np.frombuffer(scale_raw, dtype="<f4")[0]
+        decoded = np.float32(code) * np.float32(scale)
+        return f"{float(decoded)!r} ({raw.hex()}: e4m3 {float(code)!r} x scale {float(scale)!r})"
+
+
+def element_name(shape: tuple[int, ...], flat: int) -> str:
+    """K[layer l][head h][pos p][dim d] of element `flat` of values of `shape` [L][2][Hkv][B][D]."""
+    layer, kv, head, pos, dim = np.unravel_index(flat, shape)
+    return f"{'KV'[kv]}[layer {layer}][head {head}][pos {pos}][dim {dim}]"
+
 
 def _element_name(geometry: Geometry, flat: int) -> str:
-    layer, kv, head, pos, dim = np.unravel_index(flat, geometry.values_shape)
-    return f"{'KV'[kv]}[layer {layer}][head {head}][pos {pos}][dim {dim}]"
+    return element_name(geometry.values_shape, flat)
 
 
 def _slab_name(geometry: Geometry, flat: int) -> str:
@@ -111,8 +144,13 @@ class Layout:
             )
         n_codes = self.geometry.n_elements
         if within < n_codes:
+            slab_elements = self.geometry.block_tokens * self.geometry.head_dim
             return Span(
-                f"block {index} {_element_name(self.geometry, within)}", payload + within, 1, "e4m3"
+                f"block {index} {_element_name(self.geometry, within)}",
+                payload + within,
+                1,
+                "e4m3",
+                scale_start=payload + n_codes + within // slab_elements * SCALE_SIZE,
             )
         slab = (within - n_codes) // 4
         return Span(
@@ -170,10 +208,8 @@ def envelope_diff(expected: bytes, actual: bytes) -> str:
         if shown and shown[-1].start == span.start:
             continue
         shown.append(span)
-        end = span.start + span.size - 1
         lines.append(
-            f"{span.name} (bytes {span.start}..{end}): "
-            f"expected {span.show(expected)}, got {span.show(actual)}"
+            f"{span.name} ({span.where}): expected {span.show(expected)}, got {span.show(actual)}"
         )
     spans_total = len({layout.span_at(int(o)).start for o in differing}) if layout else 0
     if spans_total > len(shown):
@@ -184,4 +220,106 @@ def envelope_diff(expected: bytes, actual: bytes) -> str:
     lines.append(hex_window(expected, first))
     lines.append(f"got, around offset {first}:")
     lines.append(hex_window(actual, first))
+    return "\n".join(lines)
+
+
+# -- values read back from a pool ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ValueSource:
+    """The envelope record that expected values were decoded from, so that a value diff can
+    quote the bytes (and for v2 the code and scale) a pool was given."""
+
+    data: bytes
+    record_offset: int
+    version: int
+
+    @classmethod
+    def of_record(cls, data: bytes, record: Record) -> ValueSource:
+        return cls(data, record.offset, HEADER_FIELDS["version"].read(data))
+
+    def element_offset(self, flat: int) -> int:
+        width = 2 if self.version == 1 else 1
+        return self.record_offset + RECORD_PREFIX_SIZE + flat * width
+
+
+def _f16_exact(bits: np.ndarray) -> np.ndarray:
+    """Which f32 bit patterns an f16 holds exactly (NaN payloads included)."""
+    values = bits.view(np.float32)
+    back = f16_bits_to_f32(f32_to_f16_bits(values)).view(np.uint32)
+    return back == bits
+
+
+def _pool_value(bits: np.uint32, dtype: str) -> str:
+    """A value as the pool stores it: decoded, and the little-endian bytes it would export."""
+    value = float(np.array([bits], dtype=np.uint32).view(np.float32)[0])
+    word = np.array([bits], dtype=np.uint32)
+    if dtype == "f16":
+        if _f16_exact(word)[0]:
+            raw = f32_to_f16_bits(word.view(np.float32)).astype("<u2").tobytes()
+            return f"{value!r} ({raw.hex(' ')})"
+        raw = word.astype("<u4").tobytes()
+        return f"{value!r} (f32 {raw.hex(' ')}: not an f16 value)"
+    return f"{value!r} ({word.astype('<u4').tobytes().hex(' ')})"
+
+
+def _as_pool_bytes(values: np.ndarray, width: int) -> bytes:
+    flat = np.ascontiguousarray(values, dtype=np.float32).ravel()
+    if width == 2:
+        return f32_to_f16_bits(flat).astype("<u2").tobytes()
+    return flat.view(np.uint32).astype("<u4").tobytes()
+
+
+def values_diff(
+    expected: np.ndarray,
+    actual: np.ndarray,
+    dtype: str,
+    *,
+    block: str | None = None,
+    source: ValueSource | None = None,
+) -> str | None:
+    """Where f32 values [L][2][Hkv][B][D] differ bit for bit (-0.0 and NaN payloads count),
+    shown in the pool's precision `dtype`; None when they are identical. `block` names the
+    block in each line; `source` is the envelope record the expected values came from."""
+    expected = np.ascontiguousarray(expected, dtype=np.float32)
+    actual = np.ascontiguousarray(actual, dtype=np.float32)
+    if expected.shape != actual.shape:
+        return f"values of shape {actual.shape}, expected {expected.shape}"
+    expected_bits = expected.view(np.uint32).ravel()
+    actual_bits = actual.view(np.uint32).ravel()
+    differing = np.flatnonzero(expected_bits != actual_bits)
+    if not differing.size:
+        return None
+    lines = [
+        f"{differing.size} of {expected_bits.size} values differ (pool {dtype}; each value with "
+        "its little-endian bytes)"
+    ]
+    try:
+        layout = Layout(source.data) if source is not None else None
+    except ValueError:
+        layout = None
+    prefix = f"{block} " if block else ""
+    for flat in differing[:MAX_ELEMENTS_SHOWN]:
+        want, got = _pool_value(expected_bits[flat], dtype), _pool_value(actual_bits[flat], dtype)
+        line = f"  {prefix}{element_name(expected.shape, int(flat))}: expected {want}, got {got}"
+        if layout is not None and source is not None:
+            span = layout.span_at(source.element_offset(int(flat)))
+            line += f"; imported from {span.where}: {span.show(source.data)}"
+        lines.append(line)
+    if differing.size > MAX_ELEMENTS_SHOWN:
+        lines.append(f"  ... and {differing.size - MAX_ELEMENTS_SHOWN} more")
+    first = int(differing[0])
+    # An f16 pool's values as f16 bytes, unless what it returned is not f16 at all.
+    width = 2 if dtype == "f16" and bool(_f16_exact(actual_bits).all()) else 4
+    kind = "f16" if width == 2 else "f32"
+    where = f"element {first} ({element_name(expected.shape, first)}), byte {first * width}"
+    lines.append(f"expected, as {kind} [L][2][Hkv][B][D], around {where}:")
+    lines.append(hex_window(_as_pool_bytes(expected, width), first * width))
+    lines.append(f"got, around {where}:")
+    lines.append(hex_window(_as_pool_bytes(actual, width), first * width))
+    if layout is not None and source is not None:
+        offset = source.element_offset(first)
+        lines.append(f"the envelope it was imported from, around byte {offset}:")
+        lines.append(hex_window(source.data, offset))
     return "\n".join(lines)

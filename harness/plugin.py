@@ -1,4 +1,5 @@
-"""The pytest plugin: options, the implementations under test, YAML case collection.
+"""The pytest plugin: options, the implementations under test, YAML case collection, and the
+gate: SHOULD-level failures as warnings, the conformance report (harness/report.py).
 
 Loaded by the suite's top-level conftest.py. Every option has an ini twin of the same meaning.
 """
@@ -20,6 +21,16 @@ from .checks import CaseFailure
 from .errors import ImplementationFault, NotObservable, Refused, SuiteUsageError
 from .fuzzing import FuzzRecorder, case_file_text, regression_case, write_regression
 from .profiles import DEFAULT_PROFILE
+from .report import (
+    Conformance,
+    Impl,
+    Phase,
+    ResultLog,
+    gate_exit_status,
+    is_warning,
+    report_paths,
+    warning_note,
+)
 from .requirements import level_of, unknown_ids
 from .testee import Testee
 from .yamlsource import YamlSourceError, load_yaml
@@ -72,6 +83,21 @@ PARITY_ROOT_HELP = (
     "conformance/test_parity.py (default: parity, under the suite's root)"
 )
 
+CONFORMANCE_REPORT_OPTION = "--conformance-report"
+CONFORMANCE_REPORT_INI = "tlkv_conformance_report"
+CONFORMANCE_REPORT_HELP = (
+    "write the conformance report (each requirement's verdict per implementation, the "
+    "cross-implementation matrix) to PATH.md and PATH.json (docs/report.md)"
+)
+# pytest >= 9 owns --strict ("enables all strictness options", its ini key `strict`); the suite
+# reads it as one more strictness: SHOULD-level failures fail the run instead of warning.
+STRICT_OPTION = "--strict"
+STRICT_INI = "tlkv_strict"
+STRICT_HELP = (
+    "SHOULD-level failures fail the run (exit status 1) instead of being warnings; pytest's "
+    "own --strict (or its ini key strict) turns this on too"
+)
+
 WRITE_REGRESSIONS_OPTION = "--write-regressions"
 WRITE_REGRESSIONS_INI = "tlkv_write_regressions"
 WRITE_REGRESSIONS_HELP = (
@@ -82,6 +108,8 @@ WRITE_REGRESSIONS_HELP = (
 CASE_DIR_NAME = "cases"
 TESTEES = pytest.StashKey[list[Testee]]()
 KNOWN = pytest.StashKey["list[KnownFailure]"]()
+GATE_PLUGIN = "tlkv-gate"
+SHOULD_FAILURE_PROPERTY = "should_failure"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -115,6 +143,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(SKIP_REQS_INI, SKIP_REQS_HELP, type="args", default=[])
     group.addoption(PARITY_ROOT_OPTION, dest="tlkv_parity_root", help=PARITY_ROOT_HELP)
     parser.addini(PARITY_ROOT_INI, PARITY_ROOT_HELP, default="parity")
+    group.addoption(
+        CONFORMANCE_REPORT_OPTION,
+        dest="tlkv_conformance_report",
+        metavar="PATH",
+        help=CONFORMANCE_REPORT_HELP,
+    )
+    parser.addini(CONFORMANCE_REPORT_INI, CONFORMANCE_REPORT_HELP, default="")
+    # The command-line flag is pytest's own STRICT_OPTION (see above): only the ini twin is ours.
+    parser.addini(STRICT_INI, STRICT_HELP, type="bool", default=False)
 
     group.addoption(
         WRITE_REGRESSIONS_OPTION,
@@ -162,6 +199,33 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[TESTEES] = _open_testees(config, settings, v2_level)
     except SuiteUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if not _is_worker(config):
+        config.pluginmanager.register(_Gate(config), GATE_PLUGIN)
+
+
+def strict_should(config: pytest.Config) -> bool:
+    """Whether SHOULD-level failures fail the run: tlkv_strict, or pytest's own --strict."""
+    if config.getini(STRICT_INI):
+        return True
+    try:
+        return bool(config.getini("strict"))  # pytest >= 9: --strict sets this ini key
+    except ValueError:
+        return bool(config.getoption("strict", False))  # pytest 8: a plain flag
+
+
+def _report_base(config: pytest.Config) -> Path | None:
+    """The conformance report's PATH: the option relative to where pytest was started, the
+    ini key relative to the root (as --parity-root)."""
+    given = config.getoption("tlkv_conformance_report")
+    if given:
+        return config.invocation_params.dir / given
+    value = config.getini(CONFORMANCE_REPORT_INI)
+    return config.rootpath / value if value else None
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    # An xdist worker: the controller receives its reports, so it summarises and reports.
+    return hasattr(config, "workerinput")
 
 
 def _open_testees(config: pytest.Config, settings: AdapterSettings, v2_level: str) -> list[Testee]:
@@ -211,6 +275,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"{_setting(config, 'tlkv_sanitizer_runtime', SANITIZER_RUNTIME_INI)}, known failures "
         f"{len(known) or 'none'}"
     )
+    base = _report_base(config)
+    report = ", ".join(str(p) for p in report_paths(base)) if base else "none"
+    should = "fail the run (--strict)" if strict_should(config) else "are warnings (exit 0)"
+    lines.append(f"tlkv: SHOULD-level failures {should}; conformance report {report}")
+    identities: dict[str, list[str]] = {}
+    for testee in config.stash.get(TESTEES, []):
+        identities.setdefault(testee.identity, []).append(testee.label)
+    lines += [
+        f"tlkv: one implementation ({identity}) through {', '.join(labels)}"
+        for identity, labels in identities.items()
+        if len(labels) > 1
+    ]
     return lines
 
 
@@ -224,6 +300,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
+    item.user_properties.extend(_roles(item))
     marker = item.get_closest_marker("reqs")
     if marker is None:
         return
@@ -231,6 +308,21 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     if unknown:
         raise pytest.UsageError(f"{item.nodeid}: unknown requirement ids {', '.join(unknown)}")
     _record_requirements(item, marker.args, level_of(marker.args))
+
+
+def _roles(item: pytest.Item) -> list[tuple[str, str]]:
+    """Which --impl the test runs against, as JUnit properties and for the report: ("impl",
+    label), or ("producer", label) and ("consumer", label) for a matrix test."""
+    if isinstance(item, CaseItem):
+        return [("impl", item.testee.label)]
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    roles = {"testee": "impl", "producer": "producer", "consumer": "consumer"}
+    return [
+        (roles[name], value.label)
+        for name, value in params.items()
+        if name in roles and isinstance(value, Testee)
+    ]
 
 
 def _record_requirements(item: pytest.Item, reqs: tuple[str, ...], level: str) -> None:
@@ -325,7 +417,41 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and call.when == "call" and isinstance(recorder, FuzzRecorder):
         failure = str(call.excinfo.value) if call.excinfo else ""
         _report_regression(item, report, recorder, failure)
+    if report.failed or report.skipped:
+        # The message alone, for the conformance report; an attribute, so that it travels
+        # with the report from an xdist worker.
+        report.tlkv_detail = _detail(report, call)
+    if report.failed and call.when == "call":
+        _note_should_failure(item, report)
     return report
+
+
+def _detail(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
+    parts = [str(report.wasxfail)] if hasattr(report, "wasxfail") else []
+    excinfo = call.excinfo
+    if excinfo is not None and not isinstance(excinfo.value, pytest.skip.Exception):
+        value = excinfo.value
+        parts.append(str(value) if isinstance(value, CaseFailure) else excinfo.exconly())
+    elif isinstance(report.longrepr, tuple):  # a skip: (path, line, "Skipped: reason")
+        parts.append(str(report.longrepr[2]).removeprefix("Skipped: "))
+    elif report.longrepr is not None and not parts:  # e.g. "[XPASS(strict)] reason"
+        parts.append(str(report.longrepr))
+    return "\n".join(parts)
+
+
+def _note_should_failure(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Say in the failure itself, and in a JUnit property, that a SHOULD requirement failed and
+    what that means for the run."""
+    reqs, level = item.stash.get(REQS, ((), ""))
+    if not is_warning(level, "call", item.get_closest_marker("xfail") is not None, strict=False):
+        return
+    note = warning_note(reqs, strict_should(item.config))
+    if isinstance(report.longrepr, str):
+        report.longrepr = f"{report.longrepr}\n\n{note}"
+    elif hasattr(report.longrepr, "addsection"):
+        report.longrepr.addsection("SHOULD-level failure", note)
+    # JUnit takes a test's properties from its teardown report, made after this one.
+    item.user_properties.append((SHOULD_FAILURE_PROPERTY, note))
 
 
 def _report_regression(
@@ -457,3 +583,74 @@ def _mark_known_failures(config: pytest.Config, items: list[pytest.Item]) -> Non
             "stale known failures (no such case any more): "
             + "; ".join(f"{e.source}: {e.case}" for e in stale)
         )
+
+
+# -- the gate and the conformance report --------------------------------------------------------
+
+
+def _phase(report: pytest.TestReport) -> Phase:
+    return Phase(
+        nodeid=report.nodeid,
+        when=report.when or "",
+        outcome=report.outcome,
+        properties=tuple((str(k), str(v)) for k, v in report.user_properties),
+        wasxfail=hasattr(report, "wasxfail"),
+        xfail_marked="xfail" in report.keywords,
+        detail=getattr(report, "tlkv_detail", "") or "",
+    )
+
+
+class _Gate:
+    """The run's gate and report, in the process that sees every report (not an xdist
+    worker): collects each phase, forgives SHOULD-level warnings in the exit status, writes
+    the conformance report and summarises it in the terminal."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.log = ResultLog(strict=strict_should(config))
+        self.conformance: Conformance | None = None
+        self.written: list[Path] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.log.add(_phase(report))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.log.add_collection_error(report.nodeid, str(report.longrepr))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        # Still a failure (so its details are shown with the others), named for what it is.
+        if getattr(report, "when", None) == "call" and report.failed and self._warning(report):
+            return "failed", "W", ("FAILED (SHOULD, warning)", {"yellow": True})
+        return None
+
+    def _warning(self, report: pytest.TestReport) -> bool:
+        level = next((str(v) for k, v in report.user_properties if k == "level"), None)
+        return is_warning(level, "call", "xfail" in report.keywords, self.log.strict)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        stopped = bool(session.shouldfail or session.shouldstop)
+        status = gate_exit_status(
+            int(session.exitstatus), session.testsfailed, self.log.warnings, stopped
+        )
+        if status != session.exitstatus:
+            session.exitstatus = pytest.ExitCode(status)
+        testees = self.config.stash.get(TESTEES, [])
+        impls = [Impl(t.label, t.identity, t.info.describe()) for t in testees]
+        self.conformance = Conformance.build(impls, self.log, status)
+        base = _report_base(self.config)
+        if base is not None:
+            self.written = self.conformance.write(base)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        # Only for runs of conformance tests (not, say, of the suite's own tests).
+        if self.conformance is None or not self.conformance.conformance_tests:
+            return
+        terminalreporter.section("TLKV conformance")
+        for line in self.conformance.terminal_lines():
+            terminalreporter.write_line(line)
+        for line in self.conformance.closing_lines(self.written):
+            terminalreporter.write_line(line, yellow=True, bold=True)

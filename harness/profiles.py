@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 DEFAULT_PROFILE = "dev"
 # The fuzz_case fixture is meant to outlive each example: it keeps the last one drawn, which
@@ -32,4 +32,12 @@ settings.register_profile(
     max_examples=20_000,
     deadline=None,
     suppress_health_check=[*_SUPPRESSED, HealthCheck.data_too_large],
+)
+
+# The ci profile without shrinking: for runs that need only a verdict, not a minimal example
+# (the mutant self-test runs the suite against dozens of deliberately broken references).
+settings.register_profile(
+    "verdict",
+    parent=settings.get_profile("ci"),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )

@@ -52,12 +52,22 @@ def values_recipes(version: int) -> st.SearchStrategy[dict[str, Any]]:
     )
     if version == 2:
         bits = bits.map(lambda bs: [b if (b & 0x7C00) != 0x7C00 else b & 0xFBFF for b in bs])
+    else:
+        bits = bits.map(lambda bs: [quiet_f16(b) for b in bs])
     return st.one_of(
         st.builds(lambda s, r: {"pcg64": {"seed": s, "low": r[0], "high": r[1]}}, seed, ranges),
-        st.builds(lambda s: {"pcg64_f16_bits": {"seed": s, "finite": version == 2}}, seed),
+        # Finite: random bits would hold signalling NaNs; the lists above carry the others.
+        st.builds(lambda s: {"pcg64_f16_bits": {"seed": s, "finite": True}}, seed),
         bits.map(lambda b: {"f16_bits": b}),
         st.just({"zeros": True}),
     )
+
+
+def quiet_f16(bits: int) -> int:
+    """A signalling-NaN f16 pattern made quiet (payload kept); any other pattern as it is."""
+    if bits & 0x7C00 == 0x7C00 and bits & 0x03FF and not bits & 0x0200:
+        return bits | 0x0200
+    return bits
 
 
 @st.composite
@@ -77,78 +87,181 @@ def block_specs(draw: st.DrawFn, geometry: list[int], version: int) -> dict[str,
 
 @st.composite
 def envelope_specs(
-    draw: st.DrawFn, version: int | None = None, max_blocks: int = 3, realistic: bool = True
+    draw: st.DrawFn,
+    version: int | None = None,
+    min_blocks: int = 0,
+    max_blocks: int = 3,
+    realistic: bool = True,
 ) -> dict[str, Any]:
     """{build: {geometry, version, blocks}}, an envelope the oracle encodes."""
     version = version or draw(st.sampled_from([1, 2]))
     geometry = draw(geometries(realistic))
-    blocks = draw(st.lists(block_specs(geometry, version), min_size=0, max_size=max_blocks))
+    blocks = draw(
+        st.lists(block_specs(geometry, version), min_size=min_blocks, max_size=max_blocks)
+    )
     return {"build": {"geometry": geometry, "version": version, "blocks": blocks}}
-
-
-def _record_count(spec: dict[str, Any]) -> int:
-    return len(spec["build"]["blocks"])
 
 
 @st.composite
 def mutation_lists(
     draw: st.DrawFn, data: bytes, envelope: dict[str, Any], reseal: bool
 ) -> list[dict[str, Any]]:
-    """Structured mutations of an envelope whose bytes are `data` (docs/cases.md)."""
+    """Structured mutations of an envelope whose bytes are `data` (docs/cases.md), biased to
+    the values each reader rule turns on: header edges, fills around B, the 32-bit wrap."""
+    build = envelope["build"]
     size = len(data) - (oracle.CRC_SIZE if reseal else 0)
-    n_records = _record_count(envelope)
+    n_records = len(build["blocks"])
+    block_tokens = build["geometry"][0]
+    # Offsets in the header and the first record's head are where most rules live.
+    offset = st.one_of(st.integers(0, min(size, 40) - 1), st.integers(0, size - 1))
     options = [
-        st.sampled_from(list(oracle.HEADER_FIELDS.values())).flatmap(_header_edits),
-        st.builds(
-            lambda o, b: {"flip_bit": {"offset": o, "bit": b}},
-            st.integers(0, size - 1),
-            st.integers(0, 7),
+        st.sampled_from(list(oracle.HEADER_FIELDS.values())).flatmap(
+            lambda field: _header_edits(field, build)
         ),
+        st.builds(lambda o, b: {"flip_bit": {"offset": o, "bit": b}}, offset, st.integers(0, 7)),
         st.builds(lambda n: {"truncate": n}, st.integers(1, max(1, size - 1))),
         st.builds(lambda n: {"append": {"zeros": n}}, st.integers(1, 64)),
         st.builds(
             lambda o, b: {"set_bytes": {"offset": o, "hex": b.hex()}},
-            st.integers(0, size - 1),
+            offset,
             st.binary(min_size=1, max_size=8),
         ),
     ]
     if n_records:
+        fills = [0, 1, block_tokens - 1, block_tokens, block_tokens + 1, U32_MAX]
         options.append(
             st.builds(
-                lambda i, f, v: {"set_block": {"block": i, "field": f, "value": v}},
+                lambda i, edit: {"set_block": {"block": i, **edit}},
                 st.integers(0, n_records - 1),
-                st.sampled_from(["block_hash", "n_tokens"]),
                 st.one_of(
-                    st.sampled_from(EDGE_U32),
-                    st.integers(0, 2 * envelope["build"]["geometry"][0] + 1),
+                    st.sampled_from(fills).map(lambda v: {"field": "n_tokens", "value": v}),
+                    st.one_of(st.sampled_from([0, 1]), st.integers(0, U64_MAX)).map(
+                        lambda v: {"field": "block_hash", "value": v}
+                    ),
                 ),
             )
         )
         options.append(_splices(envelope, n_records))
     if not reseal:
-        options.append(
+        options.append(st.sampled_from(CRC_FAULTS).map(lambda v: {"set_crc": v}))
+    # Half the time one fault aimed at one rule (so a reader that drops only that rule is
+    # seen), a quarter any mix of edits, a quarter none (then the pool's geometry, drawn by
+    # pool_geometries, is the only possible fault).
+    plan = draw(st.sampled_from(["rule", "rule", "mix", "none"]))
+    if plan == "none":
+        return []
+    if plan == "rule":
+        faults = _rule_faults(data, build, reseal)
+        return [draw(st.sampled_from(faults).flatmap(lambda fault: fault))]
+    mutations = draw(st.lists(st.one_of(*options), min_size=1, max_size=3))
+    # Edits first, then changes of length, so every offset means what it meant when drawn.
+    return sorted(mutations, key=lambda m: next(iter(m)) in ("truncate", "truncate_to", "append"))
+
+
+def _rule_faults(
+    data: bytes, build: dict[str, Any], reseal: bool
+) -> list[st.SearchStrategy[dict[str, Any]]]:
+    """Edits aimed at one reader rule each, as a YAML rejection case would make them."""
+    records = oracle.decode(data).records
+    b = build["geometry"][0]
+    magic = oracle.HEADER_FIELDS["magic"]
+    faults = [
+        st.integers(0, 31).map(lambda n: {"truncate_to": n}),
+        st.builds(
+            lambda offset, byte: {"set_bytes": {"offset": offset, "hex": f"{byte:02x}"}},
+            st.integers(0, magic.size - 1),
+            st.integers(0, 255).filter(lambda v: v not in oracle.MAGIC),
+        ),
+        st.sampled_from([0, 3, 256, 257, 258, 0xFFFF]).map(
+            lambda v: {"set_header": {"field": "version", "value": v}}
+        ),
+        st.sampled_from([0, 2, 4, 256, 259, 3 if build["version"] == 1 else 1]).map(
+            lambda v: {"set_header": {"field": "dtype", "value": v}}
+        ),
+        st.sampled_from(
+            [v for v in (_wrapping_count(build), U32_MAX, len(records) + 1) if v is not None]
+        ).map(lambda v: {"set_header": {"field": "n_blocks", "value": v}}),
+    ]
+    unhashed = [r.index for r in records if r.block_hash == 0]
+    hashed = [r.index for r in records if r.block_hash != 0]
+    partial = [r.index for r in records if r.n_tokens < b]
+    if unhashed:  # a bad fill alone (a hashed block would break the hash/fill rule too)
+        faults.append(
             st.builds(
-                lambda v: {"set_crc": v},
-                st.sampled_from(
-                    [
-                        "crc32-ieee",
-                        "no-final-xor",
-                        "no-initial-inversion",
-                        "records-only",
-                        "big-endian",
-                    ]
-                ),
+                lambda i, v: {"set_block": {"block": i, "field": "n_tokens", "value": v}},
+                st.sampled_from(unhashed),
+                st.sampled_from([0, b + 1, U32_MAX]),
             )
         )
-    mutations = draw(st.lists(st.one_of(*options), min_size=1, max_size=3))
-    # A truncation or splice first keeps later offsets meaningful: apply edits, then length.
-    return sorted(mutations, key=lambda m: next(iter(m)) in ("truncate", "append"))
+    if partial:
+        faults.append(
+            st.builds(
+                lambda i, v: {"set_block": {"block": i, "field": "block_hash", "value": v}},
+                st.sampled_from(partial),
+                st.integers(1, U64_MAX),
+            )
+        )
+    if hashed and b > 1:
+        faults.append(
+            st.builds(
+                lambda i, v: {"set_block": {"block": i, "field": "n_tokens", "value": v}},
+                st.sampled_from(hashed),
+                st.integers(1, b - 1),
+            )
+        )
+    if not reseal:
+        faults.append(st.sampled_from(CRC_FAULTS).map(lambda v: {"set_crc": v}))
+    return faults
 
 
-def _header_edits(field: oracle.Field) -> st.SearchStrategy[dict[str, Any]]:
+CRC_FAULTS = (
+    "crc32-ieee",
+    "no-final-xor",
+    "no-initial-inversion",
+    "records-only",
+    "big-endian",
+    "zero",
+)
+
+
+def _wrapping_count(build: dict[str, Any]) -> int | None:
+    """A block count for which 28 + n * (12 + P) + 4 wraps 32-bit arithmetic to the real
+    length (None when no u32 count does)."""
+    record = oracle.Geometry(*build["geometry"]).record_size(build["version"])
+    step = (1 << 32) >> min(32, (record & -record).bit_length() - 1)
+    count = len(build["blocks"]) + step
+    return count if count <= U32_MAX else None
+
+
+def _header_edits(field: oracle.Field, build: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
     top = (1 << (8 * field.size)) - 1
-    value = st.one_of(st.sampled_from([v for v in EDGE_U32 if v <= top]), st.integers(0, 16))
+    n = len(build["blocks"])
+    edges: dict[str, list[int | None]] = {
+        "version": [0, 1, 2, 3, 256, 257, 258, top],
+        "dtype": [0, 1, 2, 3, 256, 259, top],
+        "n_blocks": [0, max(0, n - 1), n + 1, 65537, 1 << 30, _wrapping_count(build), top],
+    }
+    default = [0, 1, 2, 16, 17, 1 << 16, 1 << 31, top]
+    if field.name in oracle.GEOMETRY_FIELDS:
+        value = build["geometry"][list(oracle.GEOMETRY_FIELDS).index(field.name)]
+        default = [0, 1, value - 1, value + 1, value * 2, top]
+    choices = [v for v in edges.get(field.name, default) if v is not None and 0 <= v <= top]
+    value = st.one_of(st.sampled_from(choices), st.integers(0, top))
     return value.map(lambda v: {"set_header": {"field": field.name, "value": v}})
+
+
+def pool_geometries(geometry: list[int]) -> st.SearchStrategy[list[int]]:
+    """The envelope's own geometry, or (a quarter of the time) one differing in one dimension."""
+
+    def changed(index: int, delta: int) -> list[int]:
+        dims = list(geometry)
+        dims[index] = max(1, dims[index] + delta) if dims[index] + delta != dims[index] else 1
+        return dims if dims != geometry else [*dims[:index], dims[index] + 1, *dims[index + 1 :]]
+
+    other = st.builds(changed, st.integers(0, 3), st.sampled_from([-1, 1, 2]))
+    return st.one_of(
+        st.just(list(geometry)), st.just(list(geometry)), st.just(list(geometry)), other
+    )
 
 
 def _splices(envelope: dict[str, Any], n_records: int) -> st.SearchStrategy[dict[str, Any]]:
@@ -171,7 +284,7 @@ def random_envelopes() -> st.SearchStrategy[dict[str, Any]]:
     header = st.builds(
         lambda v, n, dims: oracle.encode_header(oracle.Geometry(*dims), v, n),
         st.sampled_from([1, 2]),
-        st.integers(0, 3),
+        st.one_of(st.integers(0, 3), st.sampled_from([65537, 1 << 30, U32_MAX])),
         geometries(realistic=False),
     )
     return st.tuples(st.one_of(st.just(b""), header), st.binary(max_size=96)).map(

@@ -21,6 +21,10 @@ class Testee:
     def label(self) -> str:
         return self.spec.label
 
+    @property
+    def identity(self) -> str:
+        return self.spec.identity
+
     def refusal(self, c_code: str, grpc_status: str | None = None) -> str:
         """The refusal this testee's way in reports for a C status (and its gRPC status, when
         a case names one; otherwise the usual mapping)."""

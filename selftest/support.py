@@ -4,8 +4,10 @@ making patched copies of implementations."""
 from __future__ import annotations
 
 import os
+import selectors
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ class SuiteRun:
     output: str
     outcomes: dict[str, str] = field(default_factory=dict)  # nodeid -> passed/failed/skipped/...
     messages: dict[str, str] = field(default_factory=dict)  # nodeid -> failure text
+    requirements: dict[str, list[str]] = field(default_factory=dict)  # nodeid -> cited ids
 
     def with_outcome(self, outcome: str) -> list[str]:
         return sorted(node for node, o in self.outcomes.items() if o == outcome)
@@ -43,12 +46,19 @@ def _nodeid(case: ET.Element) -> str:
     return f"{classname}::{name}"
 
 
-def _parse_junit(path: Path) -> tuple[dict[str, str], dict[str, str]]:
-    outcomes, messages = {}, {}
+def _parse_junit(path: Path) -> tuple[dict[str, str], dict[str, str], dict[str, list[str]]]:
+    outcomes: dict[str, str] = {}
+    messages: dict[str, str] = {}
+    requirements: dict[str, list[str]] = {}
     if not path.exists():
-        return outcomes, messages
+        return outcomes, messages, requirements
     for case in ET.parse(path).getroot().iter("testcase"):
         node = _nodeid(case)
+        requirements[node] = [
+            prop.get("value", "")
+            for prop in case.iter("property")
+            if prop.get("name") == "requirement"
+        ]
         outcome = "passed"
         for child in case:
             if child.tag in ("failure", "error"):
@@ -58,7 +68,7 @@ def _parse_junit(path: Path) -> tuple[dict[str, str], dict[str, str]]:
                 kind = child.get("type", "")
                 outcome = "xfailed" if kind == "pytest.xfail" else "skipped"
         outcomes[node] = outcome
-    return outcomes, messages
+    return outcomes, messages, requirements
 
 
 def run_conformance(
@@ -79,14 +89,18 @@ def run_conformance(
         f"--junitxml={junit}",
         *args,
     ]
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    # Bytecode (and pytest's rewritten test modules) cached on disk saves each of the many
+    # child runs a second of compiling the harness again.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
     result = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
     )
-    outcomes, messages = _parse_junit(junit)
-    return SuiteRun(result.returncode, result.stdout + result.stderr, outcomes, messages)
+    outcomes, messages, requirements = _parse_junit(junit)
+    return SuiteRun(
+        result.returncode, result.stdout + result.stderr, outcomes, messages, requirements
+    )
 
 
 def patched_copy(source: Path, replacements: list[tuple[str, str]], out: Path) -> Path:
@@ -100,3 +114,58 @@ def patched_copy(source: Path, replacements: list[tuple[str, str]], out: Path) -
         text = text.replace(old, new)
     out.write_text(text, encoding="utf-8")
     return out
+
+
+STARTUP_SECONDS = 20
+
+
+@dataclass
+class Server:
+    """A reference decode server (python -m reference.grpc_server) running as a child."""
+
+    port: int
+    process: subprocess.Popen[str]
+
+    @property
+    def impl(self) -> str:
+        return f"grpc:127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.communicate()
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+def start_reference_server(args: list[str], package_root: Path = ROOT) -> Server:
+    """Start the reference server found under `package_root` (a patched copy, for a mutant)
+    on an OS-assigned port, and wait for the line that names the port."""
+    command = [sys.executable, "-m", "reference.grpc_server", "--port", "0", *args]
+    # `python -m` looks in the working directory first, so that is where the package is chosen.
+    process = subprocess.Popen(
+        command, cwd=package_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    deadline = time.monotonic() + STARTUP_SECONDS
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline and process.poll() is None:
+            if selector.select(timeout=0.1):
+                break
+    line = process.stdout.readline() if process.poll() is None else ""
+    prefix = "listening on 127.0.0.1:"
+    if not line.startswith(prefix):
+        process.kill()
+        _, stderr = process.communicate(timeout=5)
+        raise ServerStartError(f"{' '.join(command)} did not start: {line!r} {stderr.strip()}")
+    return Server(int(line[len(prefix) :]), process)

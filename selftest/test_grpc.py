@@ -7,13 +7,8 @@ would run it. docs/grpc.md describes what is observable this way and what is ski
 
 from __future__ import annotations
 
-import selectors
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,6 +21,7 @@ from harness.adapters._grpc import Chunk, GrpcAdapter
 from harness.cases import RejectCase, load_case_file
 from harness.cases._transfer import TransferCase
 from harness.errors import NotObservable, Refused, SuiteUsageError
+from selftest.support import Server, start_reference_server
 
 ROOT = Path(__file__).resolve().parent.parent
 # The reader cases of the corpus use this pool; the exhaustive ones the spec example's.
@@ -35,52 +31,7 @@ SPEC_GEOMETRY = (2, 1, 1, 2)
 FOUR_MIB_GEOMETRY = (5, 1, 7, 29959)
 # Every case leaves its blocks on the server (tl.kv.v1 cannot release), so plenty of room.
 CAPACITY = 20_000
-STARTUP_SECONDS = 20
 FAILED_PRECONDITION = "FAILED_PRECONDITION"
-
-
-@dataclass
-class Server:
-    port: int
-    process: subprocess.Popen[str]
-
-    @property
-    def impl(self) -> str:
-        return f"grpc:127.0.0.1:{self.port}"
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-
-def _start(args: list[str]) -> Server:
-    command = [sys.executable, "-m", "reference.grpc_server", "--port", "0", *args]
-    process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    assert process.stdout is not None
-    deadline = time.monotonic() + STARTUP_SECONDS
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while time.monotonic() < deadline and process.poll() is None:
-            if selector.select(timeout=0.1):
-                break
-    line = process.stdout.readline() if process.poll() is None else ""
-    prefix = "listening on 127.0.0.1:"
-    if not line.startswith(prefix):
-        process.kill()
-        _, stderr = process.communicate(timeout=5)
-        pytest.fail(f"{' '.join(command)} did not start: {line!r} {stderr.strip()}")
-    return Server(int(line[len(prefix) :]), process)
-
-
-def _stop(server: Server) -> None:
-    server.process.terminate()
-    try:
-        server.process.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.communicate()
 
 
 @pytest.fixture
@@ -92,7 +43,7 @@ def grpc_server() -> Iterator[Callable[..., Server]]:
         *flags: str, geometry: tuple[int, int, int, int] = READER_GEOMETRY, capacity: int = CAPACITY
     ) -> Server:
         b, layers, heads, dim = geometry
-        server = _start(
+        server = start_reference_server(
             [
                 f"--block-tokens={b}",
                 f"--n-layers={layers}",
@@ -107,7 +58,7 @@ def grpc_server() -> Iterator[Callable[..., Server]]:
 
     yield start
     for server in started:
-        _stop(server)
+        server.stop()
 
 
 def _adapter(server: Server, options: str = "") -> GrpcAdapter:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -14,11 +15,15 @@ ACCEPTED_FORMS = (
     "py:package.module",
     "ctypes:PATH.so[,status-profile=FILE.yaml]",
     "grpc:HOST:PORT[,geometry=BxLxHxD]",
+    "any of them with ,name=NAME (the implementation's identity)",
 )
+# `name` declares which implementation is behind a way in: --impl values of one name are one
+# implementation reached different ways, and the report calls out where they disagree.
+NAME_OPTION = "name"
 _OPTION_KEYS = {
-    "py": frozenset(),
-    "ctypes": frozenset({"status-profile"}),
-    "grpc": frozenset({"geometry"}),
+    "py": frozenset({NAME_OPTION}),
+    "ctypes": frozenset({"status-profile", NAME_OPTION}),
+    "grpc": frozenset({"geometry", NAME_OPTION}),
 }
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
@@ -38,6 +43,18 @@ class ImplSpec:
         """The short name used in test ids and reports (the --impl text itself)."""
         return self.text
 
+    @property
+    def identity(self) -> str:
+        """Which implementation is behind this way in: `name=` when given, else the module,
+        the library's real path or the address. So `ref` and `py:reference.pyref` are one
+        implementation, and a gRPC server backed by a C library is that library only when both
+        say the same name=."""
+        if NAME_OPTION in self.options:
+            return self.options[NAME_OPTION]
+        if self.kind == "ctypes":
+            return f"ctypes:{os.path.realpath(os.path.expanduser(self.target))}"
+        return f"{self.kind}:{self.target}"
+
 
 def _usage(text: str, problem: str) -> SuiteUsageError:
     return SuiteUsageError(
@@ -48,13 +65,14 @@ def _usage(text: str, problem: str) -> SuiteUsageError:
 def parse_impl(text: str) -> ImplSpec:
     """Parse one --impl value, raising SuiteUsageError (one line) when it has no known form."""
     text = text.strip()
-    if text == "ref":
-        return ImplSpec(text, "py", REFERENCE_MODULE)
-    kind, sep, rest = text.partition(":")
-    if not sep or kind not in _OPTION_KEYS:
-        return_error = "unknown kind" if sep else "no kind given"
-        raise _usage(text, return_error)
-    target, *option_texts = rest.split(",")
+    if text == "ref" or text.startswith("ref,"):
+        kind, target, option_texts = "py", REFERENCE_MODULE, text.split(",")[1:]
+    else:
+        kind, sep, rest = text.partition(":")
+        if not sep or kind not in _OPTION_KEYS:
+            return_error = "unknown kind" if sep else "no kind given"
+            raise _usage(text, return_error)
+        target, *option_texts = rest.split(",")
     options: dict[str, str] = {}
     for option in option_texts:
         key, eq, value = option.partition("=")
@@ -62,6 +80,8 @@ def parse_impl(text: str) -> ImplSpec:
             allowed = ", ".join(sorted(_OPTION_KEYS[kind])) or "none"
             raise _usage(text, f"unknown option {option!r} (options for {kind}: {allowed})")
         options[key] = value
+    if options.get(NAME_OPTION) == "":
+        raise _usage(text, "name= needs a value")
     if kind == "py" and not _DOTTED.match(target):
         raise _usage(text, f"{target!r} is not a dotted module name")
     if kind == "ctypes" and not target:

@@ -15,6 +15,7 @@ from .. import oracle
 from ..adapters import Capability, PoolHandle
 from ..checks import (
     CaseFailure,
+    ValueSource,
     compare_envelopes,
     compare_readback,
     compare_snapshots,
@@ -417,7 +418,7 @@ class ImportCase(Case):
                 ids = pool.import_envelope(self.data, self.pool.capacity)
             except Refused as refusal:
                 raise CaseFailure(f"a valid envelope was refused: {refusal}") from None
-            _check_imported(pool, self.envelope, ids, preload_ids, free_before)
+            _check_imported(pool, self.envelope, ids, preload_ids, free_before, self.data)
 
 
 def _check_imported(
@@ -426,6 +427,7 @@ def _check_imported(
     ids: list[int],
     preload_ids: list[int],
     free_before: int,
+    data: bytes,
 ) -> None:
     if len(ids) != envelope.n_blocks:
         raise CaseFailure(f"import returned {len(ids)} block ids for {envelope.n_blocks} blocks")
@@ -441,7 +443,12 @@ def _check_imported(
     for record, block in zip(envelope.records, ids, strict=True):
         expected = oracle.Block(record.block_hash, record.n_tokens, record.decoded.values)
         compare_readback(
-            expected, pool.read(block), pool.dtype, f"imported block {record.index} (id {block})"
+            expected,
+            pool.read(block),
+            pool.dtype,
+            f"imported block {record.index} (id {block})",
+            block=f"block {record.index}",
+            source=ValueSource.of_record(data, record),
         )
         if record.block_hash:
             try:
@@ -722,12 +729,13 @@ class RoundtripCase(Case):
         n = max(len(self.blocks), 1)
         with testee.adapter.open_pool(self.geometry, n) as source:
             ids = _write_all(source, list(self.blocks), "writing")
-            for plan, block in zip(self.blocks, ids, strict=True):
+            for index, (plan, block) in enumerate(zip(self.blocks, ids, strict=True)):
                 compare_readback(
                     plan.as_oracle_block(),
                     source.read(block),
                     source.dtype,
-                    f"written block {block}",
+                    f"written block {index} (id {block})",
+                    block=f"block {index}",
                 )
             data = source.export(ids, self.version)
         compare_envelopes(
@@ -740,7 +748,7 @@ class RoundtripCase(Case):
                 imported = target.import_envelope(data, n)
             except Refused as refusal:
                 raise CaseFailure(f"its own export was refused on import: {refusal}") from None
-            _check_imported(target, envelope, imported, [], free_before)
+            _check_imported(target, envelope, imported, [], free_before, data)
             for block in imported:
                 target.release(block)
             if target.free_blocks() != free_before:
@@ -763,6 +771,7 @@ class PoolCase(Case):
     geometry: oracle.Geometry
     capacity: int
     steps: tuple[tuple[str, Any], ...]
+    writes: frozenset[int] | None  # only for implementations writing exactly these versions
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
@@ -784,9 +793,21 @@ class PoolCase(Case):
                 labels.update(arg.get("as", []))
                 arg = {**arg, "data": ctx.resolver.resolve(arg["envelope"]).data}
             steps.append((op, arg))
-        return [cls(**common, geometry=geometry, capacity=raw["capacity"], steps=tuple(steps))]
+        writes = V1_ONLY if raw.get("writer") == "v1-only" else None
+        return [
+            cls(
+                **common,
+                geometry=geometry,
+                capacity=raw["capacity"],
+                steps=tuple(steps),
+                writes=writes,
+            )
+        ]
 
     def skip_reason(self, testee: Testee) -> str | None:
+        if self.writes is not None and testee.info.write_versions != self.writes:
+            want = ",".join(f"v{v}" for v in sorted(self.writes))
+            return f"this case is for a writer of {want} only"
         needs = [Capability.POOL]
         for op, arg in self.steps:
             if op in ("export", "export_bytes"):
@@ -863,6 +884,7 @@ class _PoolScript:
             self.pool.read(self.block(arg["block"])),
             self.pool.dtype,
             f"block {arg['block']}",
+            block=f"block {arg['block']}",
         )
 
     def _release(self, arg: Mapping[str, Any]) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import oracle
 from ..adapters import ReadBack
-from ..checks import CaseFailure, compare_readback
+from ..checks import CaseFailure, ValueSource, compare_readback
 from ..errors import NotObservable, Refused
 from ..testee import Testee
 from ..values import make_values
@@ -430,6 +430,8 @@ class _Run:
                 ReadBack(record.block_hash, record.n_tokens, record.decoded.values),
                 "f16",
                 f"block {index} pulled back in v1",
+                block=f"block {index}",
+                source=ValueSource.of_record(self.prompt.payloads[index], sent),
             )
 
 

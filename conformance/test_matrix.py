@@ -1,0 +1,205 @@
+"""The cross-implementation matrix: what each --impl exports, each --impl imports
+(docs/report.md).
+
+With two or more --impl values, every (producer, consumer) pair, each implementation with
+itself included, gets one test per block set and envelope version: the producer writes the
+blocks and exports them, the consumer imports the bytes and must read back what they hold.
+The terminal summary and the conformance report show the verdicts as a table, rows export and
+columns import. A failure names the side at fault: the producer when its envelope differs from
+the oracle's encoding of the blocks it was given, the consumer when it refuses the envelope or
+reads back other values. With one --impl there is nothing to cross: one skip says so.
+"""
+
+from __future__ import annotations
+
+import secrets
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from harness import oracle, plugin
+from harness.adapters import Capability
+from harness.cases import plan_blocks
+from harness.checks import CaseFailure, ValueSource, compare_envelopes, compare_readback
+from harness.errors import ImplementationFault, NotObservable, Refused
+
+if TYPE_CHECKING:  # imported plainly, pytest would try to collect the class Testee
+    from harness.testee import Testee
+
+pytestmark = [pytest.mark.writer, pytest.mark.reader]
+
+VERSION_REQS = {
+    1: ("READ-ACCEPT", "IMPORT-ORDER", "V1-LAYOUT", "V1-F16"),
+    2: ("READ-ACCEPT", "IMPORT-ORDER", "V2-LAYOUT", "V2-DECODE"),
+}
+# Small, so that a pair costs little; B = 4 leaves room for a partial tail of 3.
+DEFAULT_GEOMETRY = oracle.Geometry(block_tokens=4, n_layers=2, n_kv_heads=2, head_dim=8)
+BLOCK_SETS = ("full", "tail")  # two chained full blocks; a full block and a partial tail
+# f16 patterns v1 must carry exactly: -0.0, the smallest subnormal, the largest finite, -inf,
+# a quiet NaN with a payload. (Signalling NaNs are a SHOULD: not here.)
+V1_SPECIALS = (0x8000, 0x0001, 0x7BFF, 0xFC00, 0x7E55)
+ONE_IMPL = "the cross-implementation matrix needs two or more --impl values"
+PARAMS = ("producer", "consumer", "version", "block_set")
+RUN_NONCE = secrets.randbits(31)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "producer" not in metafunc.fixturenames:
+        return
+    testees = plugin.testees_of(metafunc.config)
+    if len(testees) < 2:
+        skip = pytest.mark.skip(reason=ONE_IMPL)
+        metafunc.parametrize(PARAMS, [pytest.param(None, None, 0, "", id="one-impl", marks=skip)])
+        return
+    params = [
+        pytest.param(
+            producer,
+            consumer,
+            version,
+            block_set,
+            id=f"{block_set}-v{version}-{producer.label}->{consumer.label}",
+            marks=[getattr(pytest.mark, f"v{version}"), pytest.mark.reqs(*VERSION_REQS[version])],
+        )
+        for block_set in BLOCK_SETS
+        for version in VERSION_REQS
+        for producer in testees
+        for consumer in testees
+    ]
+    metafunc.parametrize(PARAMS, params)
+
+
+def _geometry(producer: Testee, consumer: Testee) -> oracle.Geometry:
+    # A gRPC server has one pool of one geometry: a pair with one uses it.
+    fixed = {
+        g
+        for t in (producer, consumer)
+        if isinstance(g := getattr(t.adapter, "geometry", None), oracle.Geometry)
+    }
+    if len(fixed) > 1:
+        pytest.skip(f"{producer.label} and {consumer.label} hold pools of different geometries")
+    return fixed.pop() if fixed else DEFAULT_GEOMETRY
+
+
+def _block_specs(
+    geometry: oracle.Geometry, version: int, block_set: str, seed: int
+) -> list[dict[str, Any]]:
+    """Random f16-representable values (v1: with specials), the same on every run; tokens
+    unique to the test and the run, so that a server's registry (which outlives a run) never
+    hands one test the blocks of another."""
+    b = geometry.block_tokens
+    tokens = seed ^ RUN_NONCE
+
+    def values(salt: int) -> dict[str, Any]:
+        recipe: dict[str, Any] = {"pcg64": {"seed": seed + salt, "low": -8.0, "high": 8.0}}
+        if version == 1:
+            recipe["set"] = [
+                {"at": [0, "K", 0, 0, d], "f16_bits": bits}
+                for d, bits in enumerate(V1_SPECIALS[: geometry.head_dim])
+            ]
+        return recipe
+
+    first = {"tokens": {"pcg64": {"seed": tokens, "count": b}}, "values": values(0)}
+    if block_set == "full":
+        second = {"tokens": {"pcg64": {"seed": tokens + 1, "count": b}}, "values": values(1)}
+    else:
+        second = {"n_tokens": max(1, b - 1), "values": values(1)}
+    return [first, second]
+
+
+@contextmanager
+def _side(role: str, testee: Testee) -> Iterator[None]:
+    """Refusals and faults fail the pair, naming the side; what cannot be observed skips it."""
+    try:
+        yield
+    except NotObservable as exc:
+        pytest.skip(f"{role} {testee.label}: {exc}")
+    except ImplementationFault as exc:
+        raise CaseFailure(f"{role} {testee.label}: implementation fault: {exc}") from None
+    except Refused as refusal:
+        raise CaseFailure(f"{role} {testee.label}: unexpected refusal: {refusal}") from None
+
+
+def _skip_unless_able(producer: Testee, consumer: Testee, version: int) -> None:
+    for role, testee, needs in (
+        ("producer", producer, (Capability.POOL, Capability.EXPORT)),
+        ("consumer", consumer, (Capability.POOL, Capability.IMPORT)),
+    ):
+        for capability in needs:
+            if not testee.can(capability):
+                pytest.skip(f"{role} {testee.label} cannot observe {capability} this way in")
+    if version not in producer.info.write_versions:
+        pytest.skip(f"producer {producer.label} does not write v{version}")
+    if version not in consumer.info.read_versions:
+        pytest.skip(f"consumer {consumer.label} does not read v{version}")
+
+
+def _export(
+    producer: Testee, geometry: oracle.Geometry, blocks: list[oracle.Block], version: int
+) -> list[tuple[bytes, list[oracle.Block]]]:
+    """The producer's envelopes, each with the blocks it should hold."""
+    with producer.adapter.open_pool(geometry, len(blocks)) as pool:
+        ids = [pool.write(b.block_hash, b.n_tokens, b.values) for b in blocks]
+        try:
+            return [(pool.export(ids, version), blocks)]
+        except NotObservable:
+            # A way in that exports one block per envelope (PullKv) is crossed block by block.
+            return [(pool.export([i], version), [b]) for i, b in zip(ids, blocks, strict=True)]
+
+
+def _check_producer(
+    producer: Testee, geometry: oracle.Geometry, data: bytes, blocks: list[oracle.Block], v: int
+) -> None:
+    expected = oracle.encode(geometry, blocks, v)
+    try:
+        compare_envelopes(expected, data, producer.v2_level if v == 2 else "strict")
+    except CaseFailure as exc:
+        raise CaseFailure(
+            f"producer {producer.label}: its v{v} export differs from the oracle's encoding of "
+            f"the blocks it was given:\n{exc}"
+        ) from None
+
+
+def _check_consumer(
+    consumer: Testee, producer: Testee, geometry: oracle.Geometry, data: bytes
+) -> None:
+    envelope = oracle.decode(data, oracle.ReaderProfile(geometry, consumer.info.read_versions))
+    what = f"the v{envelope.version} envelope {producer.label} exported"
+    n = max(envelope.n_blocks, 1)
+    with consumer.adapter.open_pool(geometry, n) as pool:
+        try:
+            ids = pool.import_envelope(data, n)
+        except Refused as refusal:
+            raise CaseFailure(f"consumer {consumer.label} refused {what}: {refusal}") from None
+        if len(ids) != envelope.n_blocks or len(set(ids)) != len(ids):
+            raise CaseFailure(
+                f"consumer {consumer.label}: importing {what} gave block ids {ids} for "
+                f"{envelope.n_blocks} blocks"
+            )
+        for record, block in zip(envelope.records, ids, strict=True):
+            expected = oracle.Block(record.block_hash, record.n_tokens, record.decoded.values)
+            compare_readback(
+                expected,
+                pool.read(block),
+                pool.dtype,
+                f"consumer {consumer.label}: block {record.index} (id {block}) of {what}",
+                block=f"block {record.index}",
+                source=ValueSource.of_record(data, record),
+            )
+
+
+def test_matrix(producer: Testee, consumer: Testee, version: int, block_set: str) -> None:
+    """The consumer reads back, in its own precision, what the producer's envelope holds."""
+    _skip_unless_able(producer, consumer, version)
+    geometry = _geometry(producer, consumer)
+    seed = zlib.crc32(f"{block_set} v{version} {producer.label} {consumer.label}".encode())
+    plans = plan_blocks(geometry, _block_specs(geometry, version, block_set, seed))
+    blocks = [plan.as_oracle_block() for plan in plans]
+    with _side("producer", producer):
+        envelopes = _export(producer, geometry, blocks, version)
+    for data, held in envelopes:
+        _check_producer(producer, geometry, data, held, version)
+        with _side("consumer", consumer):
+            _check_consumer(consumer, producer, geometry, data)

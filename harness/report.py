@@ -1,0 +1,715 @@
+"""The conformance report: each requirement's verdict per implementation, the cross-
+implementation matrix, and the gate (docs/report.md).
+
+The plugin feeds a `ResultLog` every phase of every test as plain values (`Phase`), so the same
+code serves a run in one process and a run spread over xdist workers (whose reports reach the
+controller serialised). At the end it builds a `Conformance` and renders it: a compact terminal
+summary, Markdown and JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .requirements import Requirement, requirements
+
+REPORT_FORMAT = "tlkv-conformance-report"
+REPORT_FORMAT_VERSION = 1
+
+# A test's outcome, from its phases; pytest's words, plus "error" for a failed setup/teardown.
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+# A requirement's verdict for one implementation (or a matrix cell), worst first.
+VERDICTS = ("failed", "passed", "xfail", "skipped", "not run")
+ROLES = ("impl", "producer", "consumer")  # which --impl a test ran against, and as what
+
+MAX_MESSAGE_LINES = 60
+MAX_TERMINAL_FAILURES = 10
+SHORT_LABEL = 16  # longer --impl labels are numbered in terminal tables
+PASSED_LIKE = frozenset({"passed", "xpassed"})
+FAILED_LIKE = frozenset({"failed", "error"})
+
+
+# -- the SHOULD / MUST gate -------------------------------------------------------------------
+
+
+def is_warning(level: str | None, when: str, xfail_marked: bool, strict: bool) -> bool:
+    """Whether a failed phase is a SHOULD-level warning rather than a failure of the run: the
+    test's own check (its call) failed at SHOULD, the test is not a listed known failure (whose
+    surprise pass must fail the run) and the run is not --strict."""
+    return when == "call" and level == "SHOULD" and not xfail_marked and not strict
+
+
+def gate_exit_status(exit_status: int, failures: int, warnings: int, stopped_early: bool) -> int:
+    """pytest's exit status, with SHOULD-level warnings forgiven: 1 (tests failed) becomes 0
+    when every failure pytest counted (`failures`, collection errors included) is a warning.
+    A run stopped early (-x, --maxfail) keeps its 1: it did not check everything."""
+    if exit_status == 1 and warnings and failures <= warnings and not stopped_early:
+        return 0
+    return exit_status
+
+
+def warning_note(reqs: Sequence[str], strict: bool) -> str:
+    """What a SHOULD-level failure's report says about it (terminal, JUnit)."""
+    ids = ", ".join(reqs) or "none"
+    if strict:
+        return f"SHOULD-level failure ({ids}): it fails the run because of --strict"
+    return (
+        f"SHOULD-level failure ({ids}): a warning; the run's exit status stays 0 unless "
+        "--strict is given"
+    )
+
+
+# -- what the plugin records --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase (setup, call, teardown) of one test, as plain values."""
+
+    nodeid: str
+    when: str
+    outcome: str  # pytest's: passed, failed, skipped
+    properties: tuple[tuple[str, str], ...]  # the test's user properties
+    wasxfail: bool = False  # an expected failure that failed (skipped) or passed (xpassed)
+    xfail_marked: bool = False  # the test carries an xfail marker (a known failure)
+    detail: str = ""  # the failure message or the skip reason
+
+
+@dataclass
+class TestResult:
+    """One test's outcome, its phases merged."""
+
+    __test__ = False  # not a test class, whatever its name suggests to pytest
+
+    nodeid: str
+    roles: dict[str, str]  # impl / producer / consumer -> --impl label
+    reqs: tuple[str, ...]
+    level: str | None
+    outcome: str = "passed"
+    gating: bool = False  # a failure that fails the run (MUST, --strict, error, strict XPASS)
+    message: str = ""
+
+    @property
+    def warning(self) -> bool:
+        return self.outcome in FAILED_LIKE and not self.gating
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "nodeid": self.nodeid,
+            **{role: label for role, label in self.roles.items()},
+            "requirements": list(self.reqs),
+            "level": self.level,
+            "outcome": self.outcome,
+            "gating": self.gating,
+            "message": self.message,
+        }
+
+
+def _properties(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], tuple[str, ...], str]:
+    roles: dict[str, str] = {}
+    reqs: list[str] = []
+    level = ""
+    for name, value in pairs:
+        if name == "requirement":
+            reqs.append(str(value))
+        elif name == "level":
+            level = str(value)
+        elif name in ROLES:
+            roles[name] = str(value)
+    return roles, tuple(reqs), level
+
+
+def _trim(text: str) -> str:
+    lines = text.strip("\n").splitlines()
+    if len(lines) > MAX_MESSAGE_LINES:
+        lines = [*lines[:MAX_MESSAGE_LINES], f"... ({len(lines) - MAX_MESSAGE_LINES} more lines)"]
+    return "\n".join(lines)
+
+
+class ResultLog:
+    """Every test's phases as they are reported, merged into one result per test."""
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+        self.warnings = 0  # failed call phases that are SHOULD-level warnings
+        self.collection_errors: list[str] = []
+        self._results: dict[str, TestResult] = {}
+
+    def add(self, phase: Phase) -> None:
+        result = self._results.get(phase.nodeid)
+        if result is None:
+            roles, reqs, level = _properties(phase.properties)
+            result = TestResult(phase.nodeid, roles, reqs, level or None, outcome="")
+            self._results[phase.nodeid] = result
+        if phase.outcome == "failed":
+            self._failed(result, phase)
+        elif phase.outcome == "skipped" and phase.when != "teardown":
+            result.outcome = "xfailed" if phase.wasxfail else "skipped"
+            result.message = _trim(phase.detail)
+        elif phase.when == "call":
+            result.outcome = "xpassed" if phase.wasxfail else "passed"
+
+    def _failed(self, result: TestResult, phase: Phase) -> None:
+        message = _trim(phase.detail)
+        if phase.when == "call":
+            warning = is_warning(result.level, "call", phase.xfail_marked, self.strict)
+            self.warnings += warning
+            result.outcome, result.gating, result.message = "failed", not warning, message
+            return
+        # A setup or teardown error is the run's problem whatever the level: it always gates.
+        if result.outcome not in FAILED_LIKE:
+            result.outcome = "error"
+        result.gating = True
+        prefix = f"{result.message}\n{phase.when}: " if result.message else f"{phase.when}: "
+        result.message = prefix + message
+
+    def add_collection_error(self, nodeid: str, detail: str) -> None:
+        self.collection_errors.append(f"{nodeid}: {_trim(detail)}" if nodeid else _trim(detail))
+
+    def results(self) -> list[TestResult]:
+        return [r for r in self._results.values() if r.outcome]
+
+
+# -- the summary ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Impl:
+    """An implementation under test, as the report names it."""
+
+    label: str
+    identity: str
+    description: str
+
+
+@dataclass
+class Cell:
+    """The tests of one requirement for one implementation (or of one matrix pair)."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    failures: list[TestResult] = field(default_factory=list)
+
+    def add(self, result: TestResult) -> None:
+        self.counts[result.outcome] += 1
+        if result.outcome in FAILED_LIKE:
+            self.failures.append(result)
+
+    @property
+    def verdict(self) -> str:
+        """failed if any test failed, else passed if any passed, else xfail, skipped, not run."""
+        if any(self.counts[o] for o in FAILED_LIKE):
+            return "failed"
+        if any(self.counts[o] for o in PASSED_LIKE):
+            return "passed"
+        if self.counts["xfailed"]:
+            return "xfail"
+        return "skipped" if self.counts["skipped"] else "not run"
+
+    @property
+    def gating(self) -> bool:
+        return any(f.gating for f in self.failures)
+
+    @property
+    def shown(self) -> str:
+        """The verdict in a table: a SHOULD failure that does not fail the run is a warning."""
+        if self.verdict == "failed":
+            return "FAIL" if self.gating else "warn"
+        return {"passed": "pass", "xfail": "xfail", "skipped": "skip"}.get(self.verdict, "-")
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "gating": self.gating,
+            "tests": {o: self.counts[o] for o in OUTCOMES if self.counts[o]},
+            "failures": [{"test": f.nodeid, "message": f.message} for f in self.failures],
+        }
+
+
+@dataclass(frozen=True)
+class SameImplementation:
+    """--impl values that are one implementation (docs/report.md), and where they disagree."""
+
+    identity: str
+    labels: tuple[str, ...]
+    compared: int  # tests (and matrix pairs among them) that two or more of them ran
+    disagreements: tuple[tuple[str, dict[str, str]], ...]  # test key, label -> outcome
+    matrix_failures: tuple[tuple[str, str], ...]  # (producer, consumer) pairs that failed
+
+
+def test_key(nodeid: str, label: str) -> str:
+    """The test id with the implementation's own id replaced by `*`, so that one test run
+    against several implementations has one key. Only a whole id inside the brackets is
+    replaced: a label such as `ref` also occurs inside names such as `prefixes`."""
+    base, bracket, rest = nodeid.partition("[")
+    if not bracket or not rest.endswith("]"):
+        return nodeid
+    padded, whole = f"-{rest[:-1]}-", f"-{label}-"  # parameter ids are joined by "-"
+    if whole not in padded:
+        return nodeid
+    return f"{base}[{padded.replace(whole, '-*-', 1)[1:-1]}]"
+
+
+def _counted_reqs(result: TestResult, table: dict[str, Requirement]) -> tuple[str, ...]:
+    # A SHOULD-level case that also cites MUST requirements demands a project decision on top
+    # of them (e.g. rules-before-limits-*): its failure is the decision's, not the MUST ones'.
+    if result.outcome in FAILED_LIKE and result.level == "SHOULD":
+        should = tuple(r for r in result.reqs if r in table and not table[r].is_must)
+        return should or result.reqs
+    return result.reqs
+
+
+@dataclass
+class Conformance:
+    """Everything the report says, built once at the end of the run."""
+
+    impls: list[Impl]
+    results: list[TestResult]
+    strict: bool
+    exit_status: int
+    collection_errors: list[str] = field(default_factory=list)
+    requirement_cells: dict[str, dict[str, Cell]] = field(default_factory=dict)
+    matrix: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    same: list[SameImplementation] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        impls: Sequence[Impl],
+        log: ResultLog,
+        exit_status: int,
+    ) -> Conformance:
+        table = requirements()
+        labels = [i.label for i in impls]
+        results = log.results()
+        cells = {rid: {label: Cell() for label in labels} for rid in table}
+        matrix = {(p, c): Cell() for p in labels for c in labels} if len(labels) > 1 else {}
+        for result in results:
+            impl = result.roles.get("impl")
+            if impl in labels:
+                for rid in _counted_reqs(result, table):
+                    if rid in cells:
+                        cells[rid][impl].add(result)
+            pair = (result.roles.get("producer", ""), result.roles.get("consumer", ""))
+            if pair in matrix:
+                matrix[pair].add(result)
+        conformance = cls(
+            list(impls),
+            results,
+            log.strict,
+            exit_status,
+            list(log.collection_errors),
+            cells,
+            matrix,
+        )
+        conformance.same = conformance._same_implementations()
+        return conformance
+
+    # -- derived views ------------------------------------------------------------------------
+
+    @property
+    def labels(self) -> list[str]:
+        return [i.label for i in self.impls]
+
+    @property
+    def conformance_tests(self) -> list[TestResult]:
+        """The tests that ran against an implementation or cite a requirement."""
+        return [r for r in self.results if r.roles or r.reqs]
+
+    @property
+    def gate(self) -> str:
+        return "pass" if self.exit_status == 0 else "fail"
+
+    @property
+    def failures(self) -> list[TestResult]:
+        """Failed tests, those that fail the run first."""
+        failed = [r for r in self.results if r.outcome in FAILED_LIKE]
+        return sorted(failed, key=lambda r: not r.gating)
+
+    def impl_results(self, label: str) -> list[TestResult]:
+        return [r for r in self.results if r.roles.get("impl") == label]
+
+    def impl_gate(self, label: str) -> str:
+        results = self.impl_results(label)
+        if any(r.gating and r.outcome in FAILED_LIKE for r in results):
+            return "FAIL"
+        warnings = sum(r.warning for r in results)
+        return f"PASS ({warnings} SHOULD warning{'s' * (warnings != 1)})" if warnings else "PASS"
+
+    def requirement_counts(self, label: str) -> dict[str, int]:
+        """How many requirements got each verdict for `label`; failures split by gating."""
+        counts: Counter[str] = Counter()
+        for rid, requirement in requirements().items():
+            cell = self.requirement_cells[rid][label]
+            if cell.verdict != "failed":
+                counts[cell.verdict] += 1
+            elif cell.gating:
+                counts[f"{requirement.level} failed"] += 1
+            else:
+                counts["SHOULD warning"] += 1
+        return dict(counts)
+
+    def failing_requirements(self) -> list[tuple[Requirement, dict[str, Cell]]]:
+        """Requirements that failed for some implementation: those failing the run (MUST
+        first) before warnings."""
+        rows = []
+        for rid, requirement in requirements().items():
+            row = self.requirement_cells[rid]
+            if any(cell.verdict == "failed" for cell in row.values()):
+                rows.append((requirement, row))
+
+        def order(item: tuple[Requirement, dict[str, Cell]]) -> tuple[bool, bool]:
+            requirement, row = item
+            return (not any(c.gating for c in row.values()), not requirement.is_must)
+
+        return sorted(rows, key=order)
+
+    def _same_implementations(self) -> list[SameImplementation]:
+        groups: dict[str, list[str]] = {}
+        for impl in self.impls:
+            groups.setdefault(impl.identity, []).append(impl.label)
+        found = []
+        for identity, labels in groups.items():
+            if len(labels) < 2:
+                continue
+            by_key: dict[str, dict[str, str]] = {}
+            for result in self.results:
+                impl = result.roles.get("impl")
+                if impl in labels:
+                    by_key.setdefault(test_key(result.nodeid, impl), {})[impl] = result.outcome
+            compared, disagreements = 0, []
+            for key, outcomes in sorted(by_key.items()):
+                decided = {
+                    label: "pass" if o in PASSED_LIKE else "fail"
+                    for label, o in outcomes.items()
+                    if o in PASSED_LIKE | FAILED_LIKE
+                }
+                if len(decided) < 2:
+                    continue  # a way in that cannot observe it skipped: nothing to compare
+                compared += 1
+                if len(set(decided.values())) > 1:
+                    disagreements.append((key, outcomes))
+            between = [
+                (pair, cell)
+                for pair, cell in self.matrix.items()
+                if pair[0] in labels and pair[1] in labels and pair[0] != pair[1]
+            ]
+            compared += sum(cell.verdict in ("passed", "failed") for _, cell in between)
+            matrix_failures = tuple(pair for pair, cell in between if cell.verdict == "failed")
+            found.append(
+                SameImplementation(
+                    identity, tuple(labels), compared, tuple(disagreements), matrix_failures
+                )
+            )
+        return found
+
+    # -- JSON -----------------------------------------------------------------------------------
+
+    def as_json(self) -> dict[str, Any]:
+        outcome_counts = Counter(r.outcome for r in self.results)
+        return {
+            "format": REPORT_FORMAT,
+            "format_version": REPORT_FORMAT_VERSION,
+            "gate": self.gate,
+            "exit_status": self.exit_status,
+            "strict": self.strict,
+            "summary": {
+                "tests": {o: outcome_counts[o] for o in OUTCOMES if outcome_counts[o]},
+                "failures": sum(r.gating for r in self.failures),
+                "warnings": sum(r.warning for r in self.failures),
+                "collection_errors": len(self.collection_errors),
+            },
+            "collection_errors": self.collection_errors,
+            "implementations": [
+                {
+                    "label": impl.label,
+                    "identity": impl.identity,
+                    "description": impl.description,
+                    "gate": "fail" if self.impl_gate(impl.label) == "FAIL" else "pass",
+                    "requirements": self.requirement_counts(impl.label),
+                    "tests": dict(Counter(r.outcome for r in self.impl_results(impl.label))),
+                }
+                for impl in self.impls
+            ],
+            "requirements": [
+                {
+                    "id": rid,
+                    "level": requirement.level,
+                    "source": requirement.source,
+                    "section": requirement.section,
+                    "text": requirement.text,
+                    "results": {
+                        label: cell.as_json() for label, cell in self.requirement_cells[rid].items()
+                    },
+                }
+                for rid, requirement in requirements().items()
+            ],
+            "matrix": None
+            if not self.matrix
+            else {
+                "implementations": self.labels,
+                "cells": [
+                    {
+                        "producer": producer,
+                        "consumer": consumer,
+                        "same_implementation": self._identity(producer) == self._identity(consumer),
+                        **cell.as_json(),
+                    }
+                    for (producer, consumer), cell in self.matrix.items()
+                ],
+            },
+            "same_implementation": [
+                {
+                    "identity": group.identity,
+                    "implementations": list(group.labels),
+                    "tests_compared": group.compared,
+                    "disagreements": [
+                        {"test": key, "outcomes": outcomes} for key, outcomes in group.disagreements
+                    ],
+                    "matrix_failures": [
+                        {"producer": p, "consumer": c} for p, c in group.matrix_failures
+                    ],
+                }
+                for group in self.same
+            ],
+            "tests": [r.as_json() for r in self.results],
+        }
+
+    def _identity(self, label: str) -> str:
+        return next(i.identity for i in self.impls if i.label == label)
+
+    # -- the terminal ---------------------------------------------------------------------------
+
+    def terminal_lines(self) -> list[str]:
+        """The compact summary: one line per implementation, then only what failed."""
+        lines = [self._impl_line(impl) for impl in self.impls]
+        columns = self._columns()
+        if any(len(label) > SHORT_LABEL for label in self.labels):
+            lines += [f"  [{n}] = {label}" for n, label in enumerate(self.labels, 1)]
+        failing = self.failing_requirements()
+        if failing:
+            lines.append("failing requirements (those failing the run first):")
+            rows = [["requirement", "level", *columns]]
+            rows += [
+                [req.id, req.level, *(row[label].shown for label in self.labels)]
+                for req, row in failing
+            ]
+            lines += _table(rows)
+            lines.append("failed tests:")
+            shown = self.failures[:MAX_TERMINAL_FAILURES]
+            for result in shown:
+                lines.append(f"  {self._failure_line(result)}")
+            if len(self.failures) > len(shown):
+                lines.append(
+                    f"  ... and {len(self.failures) - len(shown)} more (above, and in the "
+                    "conformance report)"
+                )
+        if self.collection_errors:
+            lines.append(f"{len(self.collection_errors)} collection errors (above)")
+        if self.matrix:
+            lines.append("cross-implementation matrix (rows export, columns import):")
+            rows = [["", *columns]]
+            for producer, column in zip(self.labels, columns, strict=True):
+                rows.append([column, *(self.matrix[producer, c].shown for c in self.labels)])
+            lines += _table(rows)
+        lines += [self._same_line(group) for group in self.same]
+        return lines
+
+    def _columns(self) -> list[str]:
+        if any(len(label) > SHORT_LABEL for label in self.labels):
+            return [f"[{n}]" for n in range(1, len(self.labels) + 1)]
+        return self.labels
+
+    def _requirement_summary(self, label: str) -> str:
+        counts = self.requirement_counts(label)
+        order = ("MUST failed", "SHOULD failed", "SHOULD warning", *VERDICTS[1:])
+        return ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k))
+
+    def _impl_line(self, impl: Impl) -> str:
+        reqs = self._requirement_summary(impl.label)
+        tests = Counter(r.outcome for r in self.impl_results(impl.label))
+        tested = ", ".join(f"{tests[o]} {o}" for o in OUTCOMES if tests[o]) or "none"
+        return f"{impl.label}: {self.impl_gate(impl.label)}; requirements: {reqs}; tests: {tested}"
+
+    def _failure_line(self, result: TestResult) -> str:
+        mark = "FAIL" if result.gating else "warn"
+        who = result.roles.get("impl") or " -> ".join(
+            result.roles[r] for r in ("producer", "consumer") if r in result.roles
+        )
+        cited = f"{result.level}: {', '.join(result.reqs)}" if result.reqs else "no requirement"
+        return f"{mark} {result.nodeid} ({who}; {cited}): {headline(result.message)}"
+
+    def _same_line(self, group: SameImplementation) -> str:
+        who = f"same implementation {group.identity!r}: {', '.join(group.labels)}"
+        if not group.disagreements and not group.matrix_failures:
+            return f"{who} agree on all {group.compared} tests that more than one of them ran"
+        parts = [
+            f"{key} ({', '.join(f'{label} {o}' for label, o in outcomes.items())})"
+            for key, outcomes in group.disagreements[:3]
+        ]
+        if len(group.disagreements) > 3:
+            parts.append(f"... and {len(group.disagreements) - 3} more")
+        parts += [f"matrix {p} -> {c} failed" for p, c in group.matrix_failures]
+        return f"{who} DISAGREE: " + "; ".join(parts)
+
+    def closing_lines(self, paths: Sequence[Path]) -> list[str]:
+        lines = []
+        warnings = sum(r.warning for r in self.failures)
+        if warnings:
+            them = f"{warnings} SHOULD-level failure{'s' * (warnings != 1)}"
+            what = "a warning" if warnings == 1 else "warnings"
+            if self.exit_status == 0:
+                lines.append(
+                    f"{them}: {what}, not a failed gate; exit status 0 (--strict makes "
+                    "SHOULD-level failures fail the run)"
+                )
+            else:
+                lines.append(f"{them}: {what}; the run fails for its other failures")
+        if paths:
+            lines.append("conformance report: " + ", ".join(str(p) for p in paths))
+        return lines
+
+    # -- Markdown ------------------------------------------------------------------------------
+
+    def markdown(self) -> str:
+        out = ["# TLKV conformance report", ""]
+        failures = sum(r.gating for r in self.failures)
+        warnings = sum(r.warning for r in self.failures)
+        out.append(
+            f"Gate: **{self.gate.upper()}** (exit status {self.exit_status}): {failures} "
+            f"failure{'s' * (failures != 1)} failing the run, {warnings} SHOULD-level "
+            f"warning{'s' * (warnings != 1)}"
+            + (" (--strict: SHOULD failures fail the run)." if self.strict else ".")
+        )
+        if self.collection_errors:
+            out.append(f"{len(self.collection_errors)} collection errors.")
+        out += ["", "## Implementations", ""]
+        rows = [["implementation", "identity", "pool", "gate", "requirements", "tests"]]
+        for impl in self.impls:
+            tests = Counter(r.outcome for r in self.impl_results(impl.label))
+            rows.append(
+                [
+                    f"`{impl.label}`",
+                    f"`{impl.identity}`",
+                    impl.description,
+                    self.impl_gate(impl.label),
+                    self._requirement_summary(impl.label),
+                    ", ".join(f"{tests[o]} {o}" for o in OUTCOMES if tests[o]),
+                ]
+            )
+        out += _markdown_table(rows)
+        failing = self.failing_requirements()
+        if failing:
+            out += ["", "## Failing requirements", ""]
+            header = ["requirement", "level", *(f"`{label}`" for label in self.labels)]
+            out += _markdown_table(
+                [header]
+                + [
+                    [req.id, req.level, *(row[label].shown for label in self.labels)]
+                    for req, row in failing
+                ]
+            )
+        if self.failures:
+            out += ["", "## Failed tests", ""]
+            for result in self.failures:
+                out += [f"### `{result.nodeid}`", "", self._failure_facts(result), ""]
+                out += ["```text", result.message or "(no message)", "```", ""]
+        if self.matrix:
+            out += ["", "## Cross-implementation matrix", ""]
+            out.append("Rows export (producer), columns import (consumer).")
+            out.append("")
+            rows = [["producer \\ consumer", *(f"`{c}`" for c in self.labels)]]
+            for producer in self.labels:
+                rows.append(
+                    [f"`{producer}`", *(self.matrix[producer, c].shown for c in self.labels)]
+                )
+            out += _markdown_table(rows)
+        if self.same:
+            out += ["", "## One implementation, several ways in", ""]
+            for group in self.same:
+                out.append(f"- {self._same_line(group)}")
+                out += [
+                    f"  - `{key}`: {', '.join(f'{label} {o}' for label, o in outcomes.items())}"
+                    for key, outcomes in group.disagreements
+                ]
+        out += ["", "## All requirements", ""]
+        rows = [["requirement", "level", *(f"`{label}`" for label in self.labels), "text"]]
+        for rid, requirement in requirements().items():
+            row = self.requirement_cells[rid]
+            rows.append(
+                [
+                    rid,
+                    requirement.level,
+                    *(row[label].shown for label in self.labels),
+                    requirement.text,
+                ]
+            )
+        out += _markdown_table(rows)
+        out += [
+            "",
+            "Verdicts: pass, FAIL (fails the run), warn (a SHOULD-level failure, a warning "
+            "unless --strict), xfail (a known failure), skip (not observable through this way "
+            "in), - (not run).",
+            "",
+        ]
+        return "\n".join(out)
+
+    def _failure_facts(self, result: TestResult) -> str:
+        roles = ", ".join(f"{role} `{label}`" for role, label in result.roles.items())
+        verdict = "fails the run" if result.gating else "a warning (SHOULD)"
+        cited = ", ".join(result.reqs) or "none"
+        return (
+            f"{result.outcome}, {verdict}; {roles or 'no implementation'}; {result.level}: {cited}"
+        )
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def write(self, base: Path) -> list[Path]:
+        """Write BASE.md and BASE.json (creating folders), and return their paths."""
+        base.parent.mkdir(parents=True, exist_ok=True)
+        md, js = report_paths(base)
+        md.write_text(self.markdown(), encoding="utf-8")
+        js.write_text(json.dumps(self.as_json(), indent=2) + "\n", encoding="utf-8")
+        return [md, js]
+
+
+def report_paths(base: Path) -> tuple[Path, Path]:
+    """--conformance-report PATH writes PATH.md and PATH.json; a PATH already ending in .md or
+    .json names the pair as well."""
+    if base.suffix in (".md", ".json"):
+        base = base.with_suffix("")
+    return base.with_name(base.name + ".md"), base.with_name(base.name + ".json")
+
+
+def headline(message: str) -> str:
+    """The line of a failure message that says what differs: the first, with the one after it
+    when that is an indented detail (a value diff's first differing element)."""
+    lines = [line for line in message.splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    first = lines[0]
+    if len(lines) > 1 and lines[1].startswith("  "):
+        return f"{first} {lines[1].strip()}"
+    return first
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def _markdown_table(rows: list[list[str]]) -> list[str]:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(c) for c in rows[0]) + " |"]
+    lines.append("|" + "---|" * len(rows[0]))
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows[1:]]
+    return lines

@@ -1,0 +1,264 @@
+"""Mutants of the bundled references, and the conformance suite run against each of them.
+
+`load_catalogue()` reads selftest/mutants/catalogue.yaml; `run_mutant()` plants one mutant's
+bug in a copy of its reference, builds or serves it, runs the suite against it and says which
+cases caught it. `python -m selftest.mutation matrix` runs every mutant through the whole suite
+and writes the kill matrix of mutants against requirements (docs/kill-matrix.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from harness.requirements import requirements
+from reference.clib.build import build_library
+from selftest.support import ROOT, SuiteRun, patched_copy, run_conformance, start_reference_server
+
+CATALOGUE = Path(__file__).with_name("mutants") / "catalogue.yaml"
+TARGETS = {
+    "c": ROOT / "reference" / "clib" / "tl_kv_ref.c",
+    "py": ROOT / "reference" / "pyref.py",
+    "grpc": ROOT / "reference" / "grpc_server" / "_service.py",
+}
+# Every mutant run: SHOULD failures count, a hang is cut short, fuzzing is bounded and stable
+# and stops at the first failing example (a verdict is all a mutant run needs).
+SUITE_ARGS = ("--strict", "--call-timeout=3", "--hypothesis-profile=verdict")
+DEFAULT_SERVER = {"geometry": [4, 2, 2, 8], "capacity": 20000, "flags": []}
+# A gRPC server's single pool has one geometry: its mutants run the cases written for it.
+GRPC_SUITE = ("cases/transfer.yaml", "cases/reader-v1.yaml", "cases/reader-v2.yaml")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One realistic bug planted in one bundled reference."""
+
+    id: str
+    family: str
+    side: str
+    target: str
+    description: str
+    patch: tuple[tuple[str, str], ...]
+    variant: str = "default"
+    sanitize: bool = False
+    rule: str | None = None
+    server: dict = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def suite(self) -> tuple[str, ...]:
+        return GRPC_SUITE if self.target == "grpc" else ()
+
+
+def load_catalogue(path: Path = CATALOGUE) -> list[Mutant]:
+    entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    mutants = []
+    for entry in entries:
+        patch = tuple((p["old"], p["new"]) for p in entry.pop("patch"))
+        mutants.append(Mutant(patch=patch, **entry))
+    return mutants
+
+
+class MutantError(RuntimeError):
+    """The mutant could not be built or run: a fault of the catalogue, not a survivor."""
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    run: SuiteRun
+
+    @property
+    def killed(self) -> bool:
+        return self.run.returncode == 1 and bool(self.run.failed)
+
+    @property
+    def killers(self) -> list[str]:
+        return self.run.failed
+
+
+@contextlib.contextmanager
+def planted(mutant: Mutant, workdir: Path) -> Iterator[tuple[str, Path | None]]:
+    """The mutant made runnable: yields (--impl value, module path for the suite's child)."""
+    if mutant.target == "c":
+        source = patched_copy(TARGETS["c"], list(mutant.patch), workdir / f"{_name(mutant)}.c")
+        try:
+            library = build_library(
+                workdir, variant=mutant.variant, sanitize=mutant.sanitize, source=source
+            )
+        except Exception as exc:
+            raise MutantError(f"{mutant.id}: does not build: {exc}") from exc
+        yield f"ctypes:{library}", None
+    elif mutant.target == "py":
+        patched_copy(TARGETS["py"], list(mutant.patch), workdir / f"{_name(mutant)}.py")
+        yield f"py:{_name(mutant)}", workdir
+    elif mutant.target == "grpc":
+        package = workdir / "server"
+        shutil.copytree(
+            ROOT / "reference",
+            package / "reference",
+            ignore=shutil.ignore_patterns("clib", "__pycache__"),
+        )
+        patched_copy(
+            TARGETS["grpc"],
+            list(mutant.patch),
+            package / "reference" / "grpc_server" / "_service.py",
+        )
+        config = {**DEFAULT_SERVER, **mutant.server}
+        b, layers, heads, dim = config["geometry"]
+        try:
+            server = start_reference_server(
+                [
+                    f"--block-tokens={b}",
+                    f"--n-layers={layers}",
+                    f"--n-kv-heads={heads}",
+                    f"--head-dim={dim}",
+                    f"--capacity={config['capacity']}",
+                    *config["flags"],
+                ],
+                package_root=package,
+            )
+        except Exception as exc:
+            raise MutantError(f"{mutant.id}: the server does not start: {exc}") from exc
+        try:
+            yield server.impl, None
+        finally:
+            server.stop()
+    else:
+        raise MutantError(f"{mutant.id}: unknown target {mutant.target!r}")
+
+
+def _name(mutant: Mutant) -> str:
+    return "mutant_" + mutant.id.replace("-", "_")
+
+
+def run_mutant(
+    mutant: Mutant,
+    workdir: Path,
+    extra: Sequence[str] = (),
+    first_failure: bool = True,
+    paths: Sequence[str] | None = None,
+) -> Outcome:
+    """Run the conformance suite (`paths`, default: the mutant's) against the mutant."""
+    with planted(mutant, workdir) as (impl, pythonpath):
+        args = [
+            f"--impl={impl}",
+            *SUITE_ARGS,
+            *(["-x"] if first_failure else []),
+            *extra,
+            *(mutant.suite if paths is None else paths),
+        ]
+        run = run_conformance(args, workdir, pythonpath=pythonpath)
+    if run.returncode not in (0, 1):
+        tail = "\n".join(run.output.strip().splitlines()[-15:])
+        raise MutantError(f"{mutant.id}: the suite did not run (exit {run.returncode}):\n{tail}")
+    return Outcome(mutant, run)
+
+
+# -- the kill matrix ----------------------------------------------------------------------------
+
+
+def kill_matrix(outcomes: Sequence[Outcome]) -> str:
+    """Markdown: which requirements' cases kill which mutants, and which kill none."""
+    table = requirements()
+    kills: dict[str, set[str]] = {req: set() for req in table}
+    lines = [
+        "# Kill matrix",
+        "",
+        "Generated by `python -m selftest.mutation matrix`: every mutant of",
+        "selftest/mutants/catalogue.yaml against the whole conformance suite.",
+        "",
+        "## Mutants",
+        "",
+        "| mutant | family | killed | requirements whose cases failed |",
+        "|---|---|---|---|",
+    ]
+    for outcome in outcomes:
+        cited = sorted(
+            {r for node in outcome.killers for r in outcome.run.requirements.get(node, [])}
+        )
+        for req in cited:
+            kills.setdefault(req, set()).add(outcome.mutant.id)
+        verdict = f"yes ({len(outcome.killers)} cases)" if outcome.killed else "**SURVIVED**"
+        lines.append(
+            f"| {outcome.mutant.id} | {outcome.mutant.family} | {verdict} | "
+            f"{', '.join(cited) or '-'} |"
+        )
+    lines += [
+        "",
+        "## Requirements",
+        "",
+        "| requirement | level | mutants killed |",
+        "|---|---|---|",
+    ]
+    for req_id, req in table.items():
+        killed = sorted(kills.get(req_id, ()))
+        lines.append(f"| {req_id} | {req.level} | {len(killed)}: {', '.join(killed) or '-'} |")
+    idle = [r for r in table if not kills.get(r)]
+    lines += ["", "## Requirements whose cases kill no mutant", ""]
+    lines += [f"- {r} ({table[r].level})" for r in idle] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+def _run_one(mutant: Mutant) -> Outcome:
+    with tempfile.TemporaryDirectory(prefix="mutant-") as workdir:
+        return run_mutant(mutant, Path(workdir), first_failure=False)
+
+
+FUZZ_TESTS = "conformance/test_fuzz.py"
+
+
+def _fuzz_only(mutant: Mutant) -> Outcome:
+    with tempfile.TemporaryDirectory(prefix="mutant-") as workdir:
+        return run_mutant(mutant, Path(workdir), paths=[FUZZ_TESTS])
+
+
+def fuzz_figure(jobs: int) -> int:
+    """How many reader-side mutants fuzzing alone (no hand-written case) catches."""
+    mutants = [m for m in load_catalogue() if m.side == "reader" and m.target != "grpc"]
+    with ThreadPoolExecutor(jobs) as pool:
+        outcomes = list(pool.map(_fuzz_only, mutants))
+    for outcome in outcomes:
+        verdict = "caught  " if outcome.killed else "missed  "
+        print(f"{verdict}{outcome.mutant.id}")
+    caught = sum(o.killed for o in outcomes)
+    share = caught / len(outcomes)
+    print(
+        f"fuzzing alone ({FUZZ_TESTS}, hypothesis profile 'verdict'): caught {caught} of "
+        f"{len(outcomes)} reader-side mutants, {share:.0%} (target: 80%)"
+    )
+    return 0 if share >= 0.8 else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m selftest.mutation")
+    sub = parser.add_subparsers(dest="command", required=True)
+    matrix = sub.add_parser("matrix", help="run every mutant through the whole suite")
+    matrix.add_argument("--out", type=Path, default=ROOT / "docs" / "kill-matrix.md")
+    matrix.add_argument("--jobs", type=int, default=2)
+    figure = sub.add_parser("fuzz-figure", help="reader-side mutants caught by fuzzing alone")
+    figure.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    if args.command == "fuzz-figure":
+        return fuzz_figure(args.jobs)
+    mutants = load_catalogue()
+    with ThreadPoolExecutor(args.jobs) as pool:
+        outcomes = list(pool.map(_run_one, mutants))
+    args.out.write_text(kill_matrix(outcomes), encoding="utf-8")
+    survivors = [o.mutant.id for o in outcomes if not o.killed]
+    print(f"{len(outcomes) - len(survivors)} of {len(outcomes)} mutants killed; wrote {args.out}")
+    for survivor in survivors:
+        print(f"survivor: {survivor}", file=sys.stderr)
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

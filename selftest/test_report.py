@@ -1,0 +1,396 @@
+"""The CI gate as a user meets it: the conformance report, SHOULD-level warnings and --strict,
+JUnit properties, field-aware diffs, and the cross-implementation matrix (docs/report.md)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import report as tlkv_report
+from harness.adapters import parse_impl
+from harness.report import Conformance, Impl, Phase, ResultLog, gate_exit_status, report_paths
+from harness.requirements import requirements
+from selftest.support import ROOT, SuiteRun, patched_copy, run_conformance
+
+PYREF = ROOT / "reference" / "pyref.py"
+SPEC_EXPORT = "cases/writer-v1.yaml::spec-example"
+SPEC_IMPORT = "cases/reader-v1.yaml::accept-spec-example"
+SNAN_CASE = "cases/writer-v1.yaml::signalling-nan-patterns"
+
+# A writer that flips the low bit of the second f16 element of every exported block.
+WRONG_F16 = (
+    "bits = self._values[block].view(np.uint16).copy()",
+    "bits = self._values[block].view(np.uint16).copy()\n            bits.flat[1] ^= 1",
+)
+# A v1 reader that loses the sixth element of every imported block.
+LOST_ELEMENT = (
+    'return np.frombuffer(payload, dtype="<f2").reshape(self.shape).astype(np.float32)',
+    'values = np.frombuffer(payload, dtype="<f2").reshape(self.shape).astype(np.float32)\n'
+    "            values = values.copy()\n"
+    "            values.flat[5] = 0\n"
+    "            return values",
+)
+# Signalling NaNs quieted on the way in, as a hardware f16 conversion may: only SHOULD-level
+# cases (V1-F16-SNAN) may notice.
+QUIETED_SNAN = (
+    "        kv = np.asarray(kv, dtype=np.float32)\n",
+    "        kv = np.asarray(kv, dtype=np.float32).copy()\n"
+    "        kv.view(np.uint32)[np.isnan(kv)] |= np.uint32(0x00400000)\n",
+)
+# A reader (either version) that negates every value it imports.
+NEGATED_IMPORT = (
+    "return [self._allocate(h, n, self._decode(p, version)) for h, n, p in records]",
+    "return [self._allocate(h, n, -self._decode(p, version)) for h, n, p in records]",
+)
+
+
+def _plant(tmp_path: Path, name: str, *patches: tuple[str, str]) -> str:
+    patched_copy(PYREF, list(patches), tmp_path / f"{name}.py")
+    return f"--impl=py:{name}"
+
+
+def _run(
+    tmp_path: Path, *args: str, pythonpath: Path | None = None
+) -> tuple[SuiteRun, dict[str, Any], Path]:
+    """Run the suite with a conformance report and a JUnit file of this test's own; return
+    the run, the JSON report and the JUnit path."""
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    base, junit = out / "report", out / "junit.xml"
+    run = run_conformance(
+        [*args, f"--conformance-report={base}", f"--junitxml={junit}"],
+        tmp_path,
+        timeout=120,
+        pythonpath=pythonpath,
+    )
+    _, json_path = report_paths(base)
+    assert json_path.exists(), run.output
+    return run, json.loads(json_path.read_text(encoding="utf-8")), junit
+
+
+def _junit(path: Path) -> dict[str, list[tuple[str, str]]]:
+    """Each test case's name (as in the test id's last part) -> its properties."""
+    return {
+        case.get("name", ""): [
+            (p.get("name", ""), p.get("value", "")) for p in case.iter("property")
+        ]
+        for case in ET.parse(path).getroot().iter("testcase")
+    }
+
+
+def _failed(path: Path) -> list[str]:
+    return [
+        case.get("name", "")
+        for case in ET.parse(path).getroot().iter("testcase")
+        if case.find("failure") is not None
+    ]
+
+
+def _cell(report: dict[str, Any], requirement: str, label: str) -> dict[str, Any]:
+    (row,) = [r for r in report["requirements"] if r["id"] == requirement]
+    return row["results"][label]
+
+
+# -- a MUST failure: the report names the requirement and the exact field ----------------------
+
+
+def test_planted_bugs_are_named_by_requirement_and_field(tmp_path: Path) -> None:
+    impl = _plant(tmp_path, "planted_two_bugs", WRONG_F16, LOST_ELEMENT)
+    run, report, _ = _run(tmp_path, impl, SPEC_EXPORT, SPEC_IMPORT, pythonpath=tmp_path)
+    assert run.returncode == 1, run.output
+    label = "py:planted_two_bugs"
+    export_diff = (
+        "block 0 K[layer 0][head 0][pos 0][dim 1] (bytes 42..43): expected 2.0 (00 40), "
+        "got 2.001953125 (01 40)"
+    )
+    import_diff = (
+        "block 0 V[layer 0][head 0][pos 0][dim 1]: expected -1.0 (00 bc), got 0.0 (00 00); "
+        "imported from bytes 50..51: -1.0 (00 bc)"
+    )
+    # the terminal summary: the failing MUST requirements, and each failed test with its diff
+    summary = run.output[run.output.index("TLKV conformance") :]
+    assert f"{label}: FAIL" in summary
+    assert any(line.split()[:3] == ["V1-F16", "MUST", "FAIL"] for line in summary.splitlines()), (
+        summary
+    )
+    assert f"FAIL {SPEC_EXPORT} ({label}; MUST: " in summary
+    assert export_diff in summary
+    assert import_diff in summary
+    # the JSON report
+    cell = _cell(report, "V1-F16", label)
+    assert (cell["verdict"], cell["gating"]) == ("failed", True)
+    assert export_diff in cell["failures"][0]["message"]
+    assert "around offset 42" in cell["failures"][0]["message"]  # the hex window
+    reader = _cell(report, "READ-ACCEPT", label)
+    assert reader["verdict"] == "failed"
+    assert import_diff in reader["failures"][0]["message"]
+    assert "the envelope it was imported from, around byte 50" in reader["failures"][0]["message"]
+    assert _cell(report, "HASH-FNV", label)["verdict"] == "not run"
+    # the Markdown report
+    markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "Gate: **FAIL** (exit status 1)" in markdown
+    assert "| V1-F16 | MUST | FAIL |" in markdown
+    assert export_diff in markdown
+    assert import_diff in markdown
+
+
+# -- SHOULD-level failures: warnings, unless --strict ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def should_only(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A module with a bug only SHOULD-level cases catch, and its --impl."""
+    folder = tmp_path_factory.mktemp("should")
+    return folder, _plant(folder, "planted_quiet_snan", QUIETED_SNAN)
+
+
+def test_should_only_failure_exits_0_and_says_so(should_only, tmp_path: Path) -> None:
+    folder, impl = should_only
+    label = impl.removeprefix("--impl=")
+    run, report, junit = _run(tmp_path, impl, "cases/writer-v1.yaml", pythonpath=folder)
+    assert run.returncode == 0, run.output
+    assert "signalling-nan-patterns" in _failed(junit)  # still a failure in JUnit
+    assert f"FAILED (SHOULD, warning) {SNAN_CASE}" in run.output
+    assert "SHOULD-level failure (V1-F16-SNAN): a warning" in run.output  # in its failure
+    assert "not a failed gate; exit status 0 (--strict makes" in run.output
+    assert f"{label}: PASS (" in run.output
+    # the report
+    assert (report["gate"], report["exit_status"], report["strict"]) == ("pass", 0, False)
+    assert report["summary"]["failures"] == 0
+    assert report["summary"]["warnings"] == len(_failed(junit))
+    cell = _cell(report, "V1-F16-SNAN", label)
+    assert (cell["verdict"], cell["gating"]) == ("failed", False)
+    assert "expected nan (01 7c), got nan (01 7e)" in cell["failures"][0]["message"]
+    # JUnit: the failure, its requirement and level, and what it means for the run
+    properties = _junit(junit)["signalling-nan-patterns"]
+    assert ("requirement", "V1-F16-SNAN") in properties
+    assert ("level", "SHOULD") in properties
+    assert ("impl", label) in properties
+    assert any(name == "should_failure" and "a warning" in value for name, value in properties)
+
+
+@pytest.mark.parametrize("strict", ["--strict", "-o tlkv_strict=true"])
+def test_should_failure_fails_the_run_with_strict(should_only, tmp_path: Path, strict) -> None:
+    folder, impl = should_only
+    run, report, _ = _run(tmp_path, impl, *strict.split(), SNAN_CASE, pythonpath=folder)
+    assert run.returncode == 1, run.output
+    assert (report["gate"], report["strict"]) == ("fail", True)
+    assert _cell(report, "V1-F16-SNAN", impl.removeprefix("--impl="))["gating"]
+    assert "it fails the run because of --strict" in run.output
+    assert "not a failed gate" not in run.output
+
+
+def test_should_only_failure_exits_0_under_xdist(should_only, tmp_path: Path) -> None:
+    folder, impl = should_only
+    run, report, junit = _run(tmp_path, "-n", "2", impl, "cases/writer-v1.yaml", pythonpath=folder)
+    assert run.returncode == 0, run.output
+    summary = report["summary"]
+    assert (summary["failures"], summary["collection_errors"]) == (0, 0)
+    assert summary["warnings"] == summary["tests"]["failed"] >= 1
+    assert ("level", "SHOULD") in _junit(junit)["signalling-nan-patterns"]
+
+
+def test_strict_known_failure_that_passes_still_fails_a_should_case(tmp_path: Path) -> None:
+    known = tmp_path / "known.yaml"
+    known.write_text(f"- case: {SNAN_CASE}\n  reason: quieted by F16C (ticket 7)\n")
+    run, report, _ = _run(tmp_path, f"--known-failures={known}", SNAN_CASE)
+    assert run.returncode == 1, run.output
+    assert "XPASS(strict)" in run.output
+    (test,) = report["tests"]
+    assert (test["outcome"], test["gating"]) == ("failed", True)
+
+
+# -- the JSON report's structure --------------------------------------------------------------
+
+
+def test_json_report_structure(should_only, tmp_path: Path) -> None:
+    folder, impl = should_only
+    label = impl.removeprefix("--impl=")
+    _, report, _ = _run(tmp_path, impl, "--impl=ref", SNAN_CASE, pythonpath=folder)
+    assert report["format"] == "tlkv-conformance-report"
+    assert report["format_version"] == 1
+    assert set(report) == {
+        "format",
+        "format_version",
+        "gate",
+        "exit_status",
+        "strict",
+        "summary",
+        "collection_errors",
+        "implementations",
+        "requirements",
+        "matrix",
+        "same_implementation",
+        "tests",
+    }
+    assert [i["label"] for i in report["implementations"]] == [label, "ref"]
+    assert report["implementations"][1]["identity"] == "py:reference.pyref"
+    assert "pool f16" in report["implementations"][1]["description"]
+    # every requirement, in the file's order, with a verdict for every implementation
+    assert [r["id"] for r in report["requirements"]] == list(requirements())
+    verdicts = {"failed", "passed", "xfail", "skipped", "not run"}
+    for row in report["requirements"]:
+        assert row["level"] in ("MUST", "SHOULD")
+        assert row["text"]
+        assert set(row["results"]) == {label, "ref"}
+        assert all(cell["verdict"] in verdicts for cell in row["results"].values())
+    assert _cell(report, "V1-F16-SNAN", "ref")["verdict"] == "passed"
+    assert _cell(report, "V1-F16-SNAN", label)["tests"] == {"failed": 1}
+    # the matrix is there (its tests were not selected), and every test with its roles
+    assert report["matrix"]["implementations"] == [label, "ref"]
+    assert {c["verdict"] for c in report["matrix"]["cells"]} == {"not run"}
+    assert {(t["impl"], t["outcome"]) for t in report["tests"]} == {
+        (label, "failed"),
+        ("ref", "passed"),
+    }
+    assert all(
+        t["requirements"] == ["V1-F16-SNAN"] and t["level"] == "SHOULD" for t in report["tests"]
+    )
+
+
+# -- JUnit properties and the matrix, through two ways in -------------------------------------
+
+
+def test_junit_properties_and_the_two_by_two_matrix(
+    reference_library: Callable[..., Path], tmp_path: Path
+) -> None:
+    ctypes_impl = f"ctypes:{reference_library('default')}"
+    run, report, junit = _run(
+        tmp_path,
+        "--impl=ref",
+        f"--impl={ctypes_impl}",
+        "cases/hash.yaml::spec-example-block-0",
+        "conformance/test_parity.py::test_import",
+        "conformance/test_fuzz.py::test_block_hash_equals_oracle",
+        "conformance/test_matrix.py",
+    )
+    assert run.returncode == 0, run.output
+    cases = _junit(junit)
+    # a YAML case
+    assert cases["spec-example-block-0[ref]"] == [
+        ("requirement", "HASH-FNV"),
+        ("requirement", "HASH-INPUT"),
+        ("requirement", "HASH-CHAIN"),
+        ("level", "MUST"),
+        ("impl", "ref"),
+    ]
+    # a parametrized Python test, and a hypothesis one
+    parity = cases[f"test_import[kv.wire.v1/spec-example-{ctypes_impl}]"]
+    assert {("impl", ctypes_impl), ("requirement", "READ-ACCEPT")} <= set(parity)
+    fuzz = cases[f"test_block_hash_equals_oracle[{ctypes_impl}]"]
+    assert {("requirement", "HASH-ZERO"), ("level", "MUST")} <= set(fuzz)
+    # a matrix test names both sides
+    matrix = set(cases[f"test_matrix[full-v1-ref->{ctypes_impl}]"])
+    assert {("producer", "ref"), ("consumer", ctypes_impl), ("requirement", "V1-F16")} <= matrix
+    # the 2x2 matrix, every pair passing, in the terminal and the report
+    summary = run.output[run.output.index("cross-implementation matrix") :].splitlines()
+    assert summary[1].split() == ["[1]", "[2]"]
+    assert summary[2].split() == ["[1]", "pass", "pass"]
+    assert summary[3].split() == ["[2]", "pass", "pass"]
+    cells = {(c["producer"], c["consumer"]): c["verdict"] for c in report["matrix"]["cells"]}
+    assert cells == {(p, c): "passed" for p in ("ref", ctypes_impl) for c in ("ref", ctypes_impl)}
+
+
+def test_planted_consumer_bug_fails_exactly_its_column(tmp_path: Path) -> None:
+    impl = _plant(tmp_path, "planted_negating_reader", NEGATED_IMPORT)
+    label = impl.removeprefix("--impl=")
+    run, report, _ = _run(
+        tmp_path, "--impl=ref", impl, "conformance/test_matrix.py", pythonpath=tmp_path
+    )
+    assert run.returncode == 1, run.output
+    cells = {(c["producer"], c["consumer"]): c for c in report["matrix"]["cells"]}
+    for (producer, consumer), cell in cells.items():
+        assert cell["verdict"] == ("failed" if consumer == label else "passed"), (producer, cell)
+    failure = cells["ref", label]["failures"][0]["message"]
+    assert failure.startswith(f"consumer {label}: block 0 (id 0) of the v")
+    # labels of more than 16 characters are numbered in the terminal's tables
+    assert f"[2] = {label}" in run.output
+    lines = run.output[run.output.index("cross-implementation matrix") :].splitlines()
+    assert lines[1].split() == ["[1]", "[2]"]
+    assert lines[2].split() == ["[1]", "pass", "FAIL"]
+    assert lines[3].split() == ["[2]", "pass", "FAIL"]
+
+
+def test_one_implementation_disagreeing_with_itself_is_called_out(tmp_path: Path) -> None:
+    impl = _plant(tmp_path, "planted_same", WRONG_F16)
+    run, report, _ = _run(
+        tmp_path, "--impl=ref,name=engine", f"{impl},name=engine", SPEC_EXPORT, pythonpath=tmp_path
+    )
+    assert run.returncode == 1
+    (group,) = report["same_implementation"]
+    assert group["identity"] == "engine"
+    assert group["disagreements"] == [
+        {
+            "test": "cases/writer-v1.yaml::spec-example[*]",
+            "outcomes": {"ref,name=engine": "passed", "py:planted_same,name=engine": "failed"},
+        }
+    ]
+    assert (
+        "same implementation 'engine': ref,name=engine, py:planted_same,name=engine DISAGREE"
+        in (run.output)
+    )
+
+
+# -- the report's logic, without a run ----------------------------------------------------------
+
+
+def _phase(nodeid: str, when: str, outcome: str, impl: str, *reqs: str, level: str) -> Phase:
+    properties = (*(("requirement", r) for r in reqs), ("level", level), ("impl", impl))
+    return Phase(nodeid, when, outcome, tuple(properties), detail=f"{nodeid} {outcome}")
+
+
+def test_verdicts_aggregate_and_should_cases_do_not_fail_must_requirements() -> None:
+    log = ResultLog(strict=False)
+    for phase in (
+        _phase("a[x]", "call", "passed", "x", "READ-LENGTH", level="MUST"),
+        _phase("b[x]", "call", "failed", "x", "READ-RULES-FIRST", "READ-LENGTH", level="SHOULD"),
+        _phase("c[x]", "setup", "skipped", "x", "V2-PAD", level="SHOULD"),
+        _phase("d[x]", "call", "passed", "x", "HASH-FNV", level="MUST"),
+        _phase("d[x]", "teardown", "failed", "x", "HASH-FNV", level="MUST"),
+    ):
+        log.add(phase)
+    assert log.warnings == 1
+    conformance = Conformance.build([Impl("x", "x", "")], log, exit_status=1)
+    cells = conformance.requirement_cells
+    assert cells["READ-LENGTH"]["x"].verdict == "passed"  # b's failure is the decision's
+    assert (cells["READ-RULES-FIRST"]["x"].verdict, cells["READ-RULES-FIRST"]["x"].shown) == (
+        "failed",
+        "warn",
+    )
+    assert cells["V2-PAD"]["x"].verdict == "skipped"
+    assert (cells["HASH-FNV"]["x"].verdict, cells["HASH-FNV"]["x"].shown) == ("failed", "FAIL")
+    assert cells["HASH-ZERO"]["x"].verdict == "not run"
+    assert [r.id for r, _ in conformance.failing_requirements()] == [
+        "HASH-FNV",
+        "READ-RULES-FIRST",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "failures", "warnings", "stopped", "expected"),
+    [
+        (1, 2, 2, False, 0),  # only warnings
+        (1, 3, 2, False, 1),  # a real failure too
+        (1, 1, 1, True, 1),  # -x stopped the run: it did not check everything
+        (0, 0, 0, False, 0),
+        (2, 1, 1, False, 2),  # interrupted stays interrupted
+    ],
+)
+def test_gate_exit_status(status, failures, warnings, stopped, expected) -> None:
+    assert gate_exit_status(status, failures, warnings, stopped) == expected
+
+
+def test_implementation_identity() -> None:
+    assert parse_impl("ref").identity == parse_impl("py:reference.pyref").identity
+    assert parse_impl("ref,name=pyref").identity == "pyref"
+    assert parse_impl("grpc:127.0.0.1:5,name=pyref").identity == "pyref"
+    assert parse_impl("ctypes:/a/../a/lib.so").identity == parse_impl("ctypes:/a/lib.so").identity
+    key = tlkv_report.test_key
+    assert key("cases/x.yaml::prefixes-3[ref]", "ref") == "cases/x.yaml::prefixes-3[*]"
+    assert key("t.py::t[ref-kv.wire.v1/a]", "ref") == "t.py::t[*-kv.wire.v1/a]"
+    assert key("t.py::t[prefs]", "ref") == "t.py::t[prefs]"
