@@ -27,6 +27,7 @@ from .report import (
     Phase,
     ResultLog,
     gate_exit_status,
+    is_should_failure,
     is_warning,
     report_paths,
     warning_note,
@@ -443,7 +444,7 @@ def _note_should_failure(item: pytest.Item, report: pytest.TestReport) -> None:
     """Say in the failure itself, and in a JUnit property, that a SHOULD requirement failed and
     what that means for the run."""
     reqs, level = item.stash.get(REQS, ((), ""))
-    if not is_warning(level, "call", item.get_closest_marker("xfail") is not None, strict=False):
+    if not is_should_failure(level, "call", item.get_closest_marker("xfail") is not None):
         return
     note = warning_note(reqs, strict_should(item.config))
     if isinstance(report.longrepr, str):

@@ -23,7 +23,7 @@ REPORT_FORMAT_VERSION = 1
 
 # A test's outcome, from its phases; pytest's words, plus "error" for a failed setup/teardown.
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
-# A requirement's verdict for one implementation (or a matrix cell), worst first.
+# A requirement's verdict for one implementation (or a matrix cell), in order of precedence.
 VERDICTS = ("failed", "passed", "xfail", "skipped", "not run")
 ROLES = ("impl", "producer", "consumer")  # which --impl a test ran against, and as what
 
@@ -37,11 +37,17 @@ FAILED_LIKE = frozenset({"failed", "error"})
 # -- the SHOULD / MUST gate -------------------------------------------------------------------
 
 
+def is_should_failure(level: str | None, when: str, xfail_marked: bool) -> bool:
+    """Whether a failed phase is a SHOULD requirement failing: the test's own check (its call)
+    failed at SHOULD, and the test is not a listed known failure (whose surprise pass is the
+    list's failure, not the requirement's)."""
+    return when == "call" and level == "SHOULD" and not xfail_marked
+
+
 def is_warning(level: str | None, when: str, xfail_marked: bool, strict: bool) -> bool:
-    """Whether a failed phase is a SHOULD-level warning rather than a failure of the run: the
-    test's own check (its call) failed at SHOULD, the test is not a listed known failure (whose
-    surprise pass must fail the run) and the run is not --strict."""
-    return when == "call" and level == "SHOULD" and not xfail_marked and not strict
+    """Whether a failed phase is a warning rather than a failure of the run: a SHOULD
+    requirement failing in a run that is not --strict."""
+    return is_should_failure(level, when, xfail_marked) and not strict
 
 
 def gate_exit_status(exit_status: int, failures: int, warnings: int, stopped_early: bool) -> int:
@@ -90,7 +96,7 @@ class TestResult:
     roles: dict[str, str]  # impl / producer / consumer -> --impl label
     reqs: tuple[str, ...]
     level: str | None
-    outcome: str = "passed"
+    outcome: str = ""  # until a phase says (OUTCOMES)
     gating: bool = False  # a failure that fails the run (MUST, --strict, error, strict XPASS)
     message: str = ""
 
@@ -101,7 +107,7 @@ class TestResult:
     def as_json(self) -> dict[str, Any]:
         return {
             "nodeid": self.nodeid,
-            **{role: label for role, label in self.roles.items()},
+            **self.roles,
             "requirements": list(self.reqs),
             "level": self.level,
             "outcome": self.outcome,
@@ -144,7 +150,7 @@ class ResultLog:
         result = self._results.get(phase.nodeid)
         if result is None:
             roles, reqs, level = _properties(phase.properties)
-            result = TestResult(phase.nodeid, roles, reqs, level or None, outcome="")
+            result = TestResult(phase.nodeid, roles, reqs, level or None)
             self._results[phase.nodeid] = result
         if phase.outcome == "failed":
             self._failed(result, phase)
