@@ -505,6 +505,7 @@ class Conformance:
                 for req, row in failing
             ]
             lines += _table(rows)
+        if self.failures:  # matrix tests fail no implementation's requirement: list them too
             lines.append("failed tests:")
             shown = self.failures[:MAX_TERMINAL_FAILURES]
             for result in shown:
@@ -563,7 +564,11 @@ class Conformance:
         return f"{who} DISAGREE: " + "; ".join(parts)
 
     def closing_lines(self, paths: Sequence[Path]) -> list[str]:
-        lines = []
+        failures = sum(r.gating for r in self.failures)
+        lines = [
+            f"gate: {self.gate.upper()} (exit status {self.exit_status})"
+            + (f": {failures} failure{'s' * (failures != 1)} fail the run" if failures else "")
+        ]
         warnings = sum(r.warning for r in self.failures)
         if warnings:
             them = f"{warnings} SHOULD-level failure{'s' * (warnings != 1)}"
