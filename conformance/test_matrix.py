@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import secrets
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness import oracle, plugin
 from harness.adapters import Capability
-from harness.cases import plan_blocks
-from harness.checks import CaseFailure, ValueSource, compare_envelopes, compare_readback
-from harness.errors import ImplementationFault, NotObservable, Refused
+from harness.cases import check_imported, plan_blocks
+from harness.checks import CaseFailure, calls_to_testee, compare_envelopes
+from harness.errors import NotObservable, Refused
 
 if TYPE_CHECKING:  # imported plainly, pytest would try to collect the class Testee
     from harness.testee import Testee
@@ -109,19 +107,6 @@ def _block_specs(
     return [first, second]
 
 
-@contextmanager
-def _side(role: str, testee: Testee) -> Iterator[None]:
-    """Refusals and faults fail the pair, naming the side; what cannot be observed skips it."""
-    try:
-        yield
-    except NotObservable as exc:
-        pytest.skip(f"{role} {testee.label}: {exc}")
-    except ImplementationFault as exc:
-        raise CaseFailure(f"{role} {testee.label}: implementation fault: {exc}") from None
-    except Refused as refusal:
-        raise CaseFailure(f"{role} {testee.label}: unexpected refusal: {refusal}") from None
-
-
 def _skip_unless_able(producer: Testee, consumer: Testee, version: int) -> None:
     for role, testee, needs in (
         ("producer", producer, (Capability.POOL, Capability.EXPORT)),
@@ -169,25 +154,14 @@ def _check_consumer(
     what = f"the v{envelope.version} envelope {producer.label} exported"
     n = max(envelope.n_blocks, 1)
     with consumer.adapter.open_pool(geometry, n) as pool:
+        free_before = pool.free_blocks()
         try:
             ids = pool.import_envelope(data, n)
+            check_imported(pool, envelope, ids, [], free_before, data)
         except Refused as refusal:
             raise CaseFailure(f"consumer {consumer.label} refused {what}: {refusal}") from None
-        if len(ids) != envelope.n_blocks or len(set(ids)) != len(ids):
-            raise CaseFailure(
-                f"consumer {consumer.label}: importing {what} gave block ids {ids} for "
-                f"{envelope.n_blocks} blocks"
-            )
-        for record, block in zip(envelope.records, ids, strict=True):
-            expected = oracle.Block(record.block_hash, record.n_tokens, record.decoded.values)
-            compare_readback(
-                expected,
-                pool.read(block),
-                pool.dtype,
-                f"consumer {consumer.label}: block {record.index} (id {block}) of {what}",
-                block=f"block {record.index}",
-                source=ValueSource.of_record(data, record),
-            )
+        except CaseFailure as failure:
+            raise CaseFailure(f"consumer {consumer.label}, {what}: {failure}") from None
 
 
 def test_matrix(producer: Testee, consumer: Testee, version: int, block_set: str) -> None:
@@ -197,9 +171,9 @@ def test_matrix(producer: Testee, consumer: Testee, version: int, block_set: str
     seed = zlib.crc32(f"{block_set} v{version} {producer.label} {consumer.label}".encode())
     plans = plan_blocks(geometry, _block_specs(geometry, version, block_set, seed))
     blocks = [plan.as_oracle_block() for plan in plans]
-    with _side("producer", producer):
+    with calls_to_testee(f"producer {producer.label}"):
         envelopes = _export(producer, geometry, blocks, version)
     for data, held in envelopes:
         _check_producer(producer, geometry, data, held, version)
-        with _side("consumer", consumer):
+        with calls_to_testee(f"consumer {consumer.label}"):
             _check_consumer(consumer, producer, geometry, data)

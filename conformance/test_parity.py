@@ -14,7 +14,6 @@ one line, "corrupted golden file parity/...: ...", and never fail.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,8 +23,14 @@ import pytest
 
 from harness import oracle
 from harness.adapters import Capability, PoolHandle
-from harness.checks import CaseFailure, ValueSource, compare_envelopes, compare_readback
-from harness.errors import CorruptedGoldenFile, ImplementationFault, NotObservable, Refused
+from harness.checks import (
+    CaseFailure,
+    ValueSource,
+    calls_to_testee,
+    compare_envelopes,
+    compare_readback,
+)
+from harness.errors import CorruptedGoldenFile, Refused
 from harness.golden import (
     MANIFEST_FILE,
     GoldenEntry,
@@ -133,19 +138,6 @@ def blob(golden: GoldenEntry | Unusable) -> bytes:
     raise GoldenDataError(message, pytrace=False)
 
 
-@contextmanager
-def _testee_calls() -> Iterator[None]:
-    """Refusals and faults fail the test with one line; unobservable things skip it."""
-    try:
-        yield
-    except NotObservable as exc:
-        pytest.skip(str(exc))
-    except ImplementationFault as exc:
-        raise CaseFailure(f"implementation fault: {exc}") from None
-    except Refused as refusal:
-        raise CaseFailure(f"unexpected refusal: {refusal}") from None
-
-
 def _skip_unless(testee: Testee, *capabilities: str) -> None:
     for capability in capabilities:
         if not testee.can(capability):
@@ -161,7 +153,7 @@ def _export(testee: Testee, golden: GoldenEntry, expected_size: int) -> bytes:
     _skip_unless(testee, Capability.POOL, Capability.EXPORT)
     if golden.version not in testee.info.write_versions:
         pytest.skip(f"{testee.label} does not write v{golden.version}")
-    with _testee_calls(), _open(testee, golden) as pool:
+    with calls_to_testee(), _open(testee, golden) as pool:
         ids = []
         for index, block in enumerate(golden.oracle_blocks()):
             try:
@@ -240,7 +232,7 @@ def test_import(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
         pytest.skip(f"{testee.label} does not read v{golden.version}")
     expected = _expected_blocks(golden, blob)
     records = oracle.decode(blob).records
-    with _testee_calls(), _open(testee, golden) as pool:
+    with calls_to_testee(), _open(testee, golden) as pool:
         free_before = pool.free_blocks()
         try:
             ids = pool.import_envelope(blob, max(golden.n_blocks, 1))

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
+import pytest
 
 from . import oracle
 from .adapters import PoolHandle, ReadBack
 from .diff import ValueSource, envelope_diff, values_diff
-from .errors import NotObservable, Refused
+from .errors import ImplementationFault, NotObservable, Refused
 
 T = TypeVar("T")
 __all__ = [
@@ -31,6 +33,21 @@ __all__ = [
 
 class CaseFailure(AssertionError):
     """The implementation's behaviour differs from the expectation; the message says how."""
+
+
+@contextmanager
+def calls_to_testee(who: str = "") -> Iterator[None]:
+    """Calls into the testee: a refusal or fault where none was expected fails the test with
+    one line (prefixed with `who`), and what this way in cannot observe skips it."""
+    prefix = f"{who}: " if who else ""
+    try:
+        yield
+    except NotObservable as exc:
+        pytest.skip(f"{prefix}{exc}")
+    except ImplementationFault as exc:
+        raise CaseFailure(f"{prefix}implementation fault: {exc}") from None
+    except Refused as refusal:
+        raise CaseFailure(f"{prefix}unexpected refusal: {refusal}") from None
 
 
 def refused_with(expected: str, call: str, action: Callable[[], T]) -> None:

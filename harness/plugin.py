@@ -17,8 +17,8 @@ import pytest
 
 from .adapters import AdapterSettings, open_adapter, parse_impl
 from .cases import Case, CaseFileError, load_case_file
-from .checks import CaseFailure
-from .errors import ImplementationFault, NotObservable, Refused, SuiteUsageError
+from .checks import CaseFailure, calls_to_testee
+from .errors import ImplementationFault, Refused, SuiteUsageError
 from .fuzzing import FuzzRecorder, case_file_text, regression_case, write_regression
 from .profiles import DEFAULT_PROFILE
 from .report import (
@@ -376,14 +376,8 @@ class CaseItem(pytest.Item):
             pytest.skip(reason)
 
     def runtest(self) -> None:
-        try:
+        with calls_to_testee():
             self.case.run(self.testee)
-        except NotObservable as exc:
-            pytest.skip(str(exc))
-        except ImplementationFault as exc:
-            raise CaseFailure(f"implementation fault: {exc}") from None
-        except Refused as refusal:
-            raise CaseFailure(f"unexpected refusal: {refusal}") from None
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
         if not isinstance(excinfo.value, CaseFailure):

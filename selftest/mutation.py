@@ -52,9 +52,13 @@ class Mutant:
     sanitize: bool = False
     rule: str | None = None
     server: dict = field(default_factory=dict, hash=False, compare=False)
+    # pytest arguments choosing what to run (default: everything; gRPC: GRPC_SUITE)
+    args: tuple[str, ...] = ()
 
     @property
     def suite(self) -> tuple[str, ...]:
+        if self.args:
+            return self.args
         return GRPC_SUITE if self.target == "grpc" else ()
 
 
@@ -63,7 +67,8 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Mutant]:
     mutants = []
     for entry in entries:
         patch = tuple((p["old"], p["new"]) for p in entry.pop("patch"))
-        mutants.append(Mutant(patch=patch, **entry))
+        args = tuple(entry.pop("args", ()))
+        mutants.append(Mutant(patch=patch, args=args, **entry))
     return mutants
 
 

@@ -1,6 +1,6 @@
 """YAML conformance cases: the file format (case-schema.yaml, docs/cases.md), loading, kinds."""
 
-from ._kinds import KINDS, Case, CaseOrigin, RejectCase
+from ._kinds import KINDS, Case, CaseOrigin, RejectCase, check_imported
 from ._loader import CaseFile, CaseFileError, build_generated_case, load_case_file
 from ._sources import CaseDataError, EnvelopeResolver, mutate, plan_blocks, tokens_of
 
@@ -14,6 +14,7 @@ __all__ = [
     "EnvelopeResolver",
     "RejectCase",
     "build_generated_case",
+    "check_imported",
     "load_case_file",
     "mutate",
     "plan_blocks",

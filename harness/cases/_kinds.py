@@ -418,10 +418,10 @@ class ImportCase(Case):
                 ids = pool.import_envelope(self.data, self.pool.capacity)
             except Refused as refusal:
                 raise CaseFailure(f"a valid envelope was refused: {refusal}") from None
-            _check_imported(pool, self.envelope, ids, preload_ids, free_before, self.data)
+            check_imported(pool, self.envelope, ids, preload_ids, free_before, self.data)
 
 
-def _check_imported(
+def check_imported(
     pool: PoolHandle,
     envelope: oracle.Envelope,
     ids: list[int],
@@ -748,7 +748,7 @@ class RoundtripCase(Case):
                 imported = target.import_envelope(data, n)
             except Refused as refusal:
                 raise CaseFailure(f"its own export was refused on import: {refusal}") from None
-            _check_imported(target, envelope, imported, [], free_before, data)
+            check_imported(target, envelope, imported, [], free_before, data)
             for block in imported:
                 target.release(block)
             if target.free_blocks() != free_before:
