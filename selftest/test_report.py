@@ -307,7 +307,7 @@ def test_planted_consumer_bug_fails_exactly_its_column(tmp_path: Path) -> None:
     for (producer, consumer), cell in cells.items():
         assert cell["verdict"] == ("failed" if consumer == label else "passed"), (producer, cell)
     failure = cells["ref", label]["failures"][0]["message"]
-    assert failure.startswith(f"consumer {label}: block 0 (id 0) of the v")
+    assert failure.startswith(f"consumer {label}, the v1 envelope ref exported: imported block 0")
     # labels of more than 16 characters are numbered in the terminal's tables
     assert f"[2] = {label}" in run.output
     lines = run.output[run.output.index("cross-implementation matrix") :].splitlines()
