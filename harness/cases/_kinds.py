@@ -23,6 +23,7 @@ from ..checks import (
     refused_with,
     snapshot,
 )
+from ..diff import envelope_diff
 from ..errors import Refused
 from ..testee import Testee
 from ._sources import (
@@ -308,7 +309,7 @@ class ExportCase(Case):
         if expected is not None and expected != computed:
             raise CaseDataError(
                 "the expected bytes differ from the oracle's encoding of these blocks:\n"
-                + _indent(_diff(computed, expected))
+                + _indent(envelope_diff(computed, expected))
             )
         return [
             cls(
@@ -354,12 +355,6 @@ def _given_bytes(raw: Mapping[str, Any] | None, ctx: FileContext) -> bytes | Non
     if raw is None:
         return None
     return ctx.resolver.resolve(raw).data
-
-
-def _diff(expected: bytes, actual: bytes) -> str:
-    from ..diff import envelope_diff
-
-    return envelope_diff(expected, actual)
 
 
 def _indent(text: str) -> str:
@@ -520,7 +515,7 @@ class RejectCase(Case):
         pool = PoolSetup.build(raw.get("pool"), base)
         reads = _reads_for(raw.get("reader"))
         expect = raw["expect"]
-        version = base.version or _header_version(base.data)
+        version = base.version or _header_field(base.data, "version")
         cases: list[Case] = []
         for suffix, data in variants:
             verdicts = tuple(
@@ -617,7 +612,7 @@ class RejectCase(Case):
         """Refusals the contract also allows when the header claims more blocks than the
         caller's max_blocks (EINVAL) or the free blocks (ENOMEM): the spec does not order them
         against the reader rules. Cases with `rules_first` demand the rule's code alone."""
-        declared = _declared_blocks(self.data)
+        declared = _header_field(self.data, "n_blocks")
         if self.rules_first or declared is None or not self.rules:
             return set()
         codes = set()
@@ -653,13 +648,9 @@ class RejectCase(Case):
             compare_snapshots(before, snapshot(pool, preload_ids, watched), "the rejected import")
 
 
-def _declared_blocks(data: bytes) -> int | None:
-    field = oracle.HEADER_FIELDS["n_blocks"]
-    return field.read(data) if len(data) >= field.offset + field.size else None
-
-
-def _header_version(data: bytes) -> int | None:
-    field = oracle.HEADER_FIELDS["version"]
+def _header_field(data: bytes, name: str) -> int | None:
+    """A header field of possibly short bytes, or None where the bytes end first."""
+    field = oracle.HEADER_FIELDS[name]
     return field.read(data) if len(data) >= field.offset + field.size else None
 
 
