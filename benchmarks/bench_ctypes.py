@@ -26,9 +26,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import oracle  # noqa: E402 - after the path is set
-from harness.adapters import AdapterSettings, parse_impl  # noqa: E402
-from harness.adapters._ctypes import CtypesAdapter  # noqa: E402
+from tlkv_conformance import oracle  # noqa: E402 - after the path is set
+from tlkv_conformance.adapters import AdapterSettings, parse_impl  # noqa: E402
+from tlkv_conformance.adapters._ctypes import CtypesAdapter  # noqa: E402
 
 ISOLATIONS = ("worker", "inprocess")
 GEOMETRY = oracle.Geometry(16, 1, 1, 8)  # one block: 28 + 12 + 512 + 4 = 556 bytes in v1
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-ctypes-") as tmp:
         lib = args.lib
         if lib is None:
-            from reference.clib.build import build_library
+            from tlkv_conformance.references.clib.build import build_library
 
             lib = build_library(Path(tmp))
         lib = lib.resolve()

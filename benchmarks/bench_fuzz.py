@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reference.clib.build import build_library  # noqa: E402 - after the path is set
+from tlkv_conformance.references.clib.build import build_library  # noqa: E402 - after the path is set
 
 PROFILE = "ci"
 EXAMPLES = 150

@@ -9,10 +9,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-
-from harness import oracle, strategies
-from harness.adapters import Capability
-from harness.cases import EnvelopeResolver, mutate
+from tlkv_conformance import oracle, strategies
+from tlkv_conformance.adapters import Capability
+from tlkv_conformance.cases import EnvelopeResolver, mutate
 
 pytestmark = pytest.mark.fuzz
 MAX_POOL_ELEMENTS = 1 << 20

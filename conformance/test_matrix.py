@@ -17,15 +17,14 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from harness import oracle, plugin
-from harness.adapters import Capability
-from harness.cases import check_imported, plan_blocks
-from harness.checks import CaseFailure, calls_to_testee, compare_envelopes
-from harness.errors import NotObservable, Refused
+from tlkv_conformance import oracle, plugin
+from tlkv_conformance.adapters import Capability
+from tlkv_conformance.cases import check_imported, plan_blocks
+from tlkv_conformance.checks import CaseFailure, calls_to_testee, compare_envelopes, free_count
+from tlkv_conformance.errors import NotObservable, Refused
 
 if TYPE_CHECKING:  # imported plainly, pytest would try to collect the class Testee
-    from harness.testee import Testee
+    from tlkv_conformance.testee import Testee
 
 pytestmark = [pytest.mark.writer, pytest.mark.reader]
 
@@ -154,7 +153,7 @@ def _check_consumer(
     what = f"the v{envelope.version} envelope {producer.label} exported"
     n = max(envelope.n_blocks, 1)
     with consumer.adapter.open_pool(geometry, n) as pool:
-        free_before = pool.free_blocks()
+        free_before = free_count(pool)
         try:
             ids = pool.import_envelope(data, n)
             check_imported(pool, envelope, ids, [], free_before, data)

@@ -1,10 +1,11 @@
 """Golden vectors replayed through the implementation under test (docs/golden.md).
 
-Every entry of every manifest under the parity root (--parity-root, ini tlkv_parity_root,
-default parity/) gives two tests: writing its blocks and exporting them must give the blob, and
-importing the blob must give back its blocks. A v2 entry with a partial block gives a third, at
-SHOULD: the e4m3 codes past the fill are zero (V2-PAD, docs/decisions.md). Folders added with
-`python -m generators.golden new` are picked up without any change here.
+Every entry of every manifest under the parity roots (the bundled parity/, and any added with
+--parity-root or the ini key tlkv_parity_root) gives two tests: writing its blocks and exporting
+them must give the blob, and importing the blob must give back its blocks. A v2 entry with a
+partial block gives a third, at SHOULD: the e4m3 codes past the fill are zero (V2-PAD,
+docs/decisions.md). Folders made with `tlkv-conformance golden new` are picked up without any
+change here.
 
 A blob that no longer matches its manifest (size, sha256, CRC-32C), or a manifest that cannot be
 read, is the suite's broken data, not the implementation's fault: its tests ERROR at setup with
@@ -15,33 +16,33 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-
-from harness import oracle
-from harness.adapters import Capability, PoolHandle
-from harness.checks import (
+from tlkv_conformance import oracle
+from tlkv_conformance.adapters import Capability, PoolHandle
+from tlkv_conformance.checks import (
     CaseFailure,
     ValueSource,
     calls_to_testee,
     compare_envelopes,
     compare_readback,
+    expect_free,
+    free_count,
 )
-from harness.errors import CorruptedGoldenFile, Refused
-from harness.golden import (
+from tlkv_conformance.errors import CorruptedGoldenFile, Refused
+from tlkv_conformance.golden import (
     MANIFEST_FILE,
     GoldenEntry,
     ManifestError,
     load_manifest,
     manifest_folders,
 )
-from harness.plugin import PARITY_ROOT_INI
+from tlkv_conformance.plugin import parity_roots
 
 if TYPE_CHECKING:  # imported plainly, pytest would try to collect the class Testee
-    from harness.testee import Testee
+    from tlkv_conformance.testee import Testee
 
 ENVELOPE_REQS = ("ENV-HEADER", "ENV-VERSION-DTYPE", "ENV-RECORD", "ENV-RECORD-HASH", "ENV-LE")
 EXPORT_REQS = {
@@ -73,14 +74,6 @@ class GoldenDataError(pytest.fail.Exception):
     __module__ = "builtins"  # as pytest does for Failed: reports show the bare class name
 
 
-def parity_root(config: pytest.Config) -> Path:
-    """The option (relative to where pytest was started) or the ini key (to the root)."""
-    given = config.getoption("tlkv_parity_root")
-    if given:
-        return config.invocation_params.dir / given
-    return config.rootpath / config.getini(PARITY_ROOT_INI)
-
-
 def _has_zero_slab(block: oracle.Block) -> bool:
     filled = block.values[..., : block.n_tokens, :]
     return bool((np.abs(filled).max(axis=(-2, -1)) == 0).any())
@@ -102,20 +95,24 @@ def _reqs(test: str, entry: GoldenEntry) -> tuple[str, ...] | None:
 
 def _params(config: pytest.Config, test: str) -> list[Any]:
     params = []
-    for folder in manifest_folders(parity_root(config)):
-        try:
-            manifest = load_manifest(folder / MANIFEST_FILE)
-        except ManifestError as exc:
-            unusable = Unusable(
-                f"{folder.name}/{MANIFEST_FILE}", f"corrupted golden manifest {exc}"
-            )
-            params.append(pytest.param(unusable, id=unusable.id))
-            continue
-        for entry in manifest:
-            reqs = _reqs(test, entry)
-            if reqs is not None:
-                marks = [getattr(pytest.mark, f"v{entry.version}"), pytest.mark.reqs(*reqs)]
-                params.append(pytest.param(entry, id=entry.id, marks=marks))
+    for index, root in enumerate(parity_roots(config)):
+        # The bundled root's entries are folder/entry; an added root's are prefixed with its
+        # name, so that a folder of the same name in both stays two sets of tests.
+        prefix = "" if index == 0 else f"+{root.name}/"
+        for folder in manifest_folders(root):
+            try:
+                manifest = load_manifest(folder / MANIFEST_FILE)
+            except ManifestError as exc:
+                unusable = Unusable(
+                    f"{prefix}{folder.name}/{MANIFEST_FILE}", f"corrupted golden manifest {exc}"
+                )
+                params.append(pytest.param(unusable, id=unusable.id))
+                continue
+            for entry in manifest:
+                reqs = _reqs(test, entry)
+                if reqs is not None:
+                    marks = [getattr(pytest.mark, f"v{entry.version}"), pytest.mark.reqs(*reqs)]
+                    params.append(pytest.param(entry, id=prefix + entry.id, marks=marks))
     return params
 
 
@@ -233,16 +230,14 @@ def test_import(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
     expected = _expected_blocks(golden, blob)
     records = oracle.decode(blob).records
     with calls_to_testee(), _open(testee, golden) as pool:
-        free_before = pool.free_blocks()
+        free_before = free_count(pool)
         try:
             ids = pool.import_envelope(blob, max(golden.n_blocks, 1))
         except Refused as refusal:
             raise CaseFailure(f"{golden.display} was refused: {refusal}") from None
         if len(ids) != golden.n_blocks or len(set(ids)) != len(ids):
             raise CaseFailure(f"import returned block ids {ids} for {golden.n_blocks} blocks")
-        free_after = pool.free_blocks()
-        if free_after != free_before - len(ids):
-            raise CaseFailure(f"free blocks {free_before} before importing, {free_after} after")
+        expect_free(pool, free_before, -len(ids), f"importing {golden.display}")
         for index, (block, block_id) in enumerate(zip(expected, ids, strict=True)):
             where = f"{golden.display} block {index} (id {block_id})"
             compare_readback(

@@ -1,9 +1,10 @@
 """Regenerate the committed tl.kv.v1 Python stubs (harness/grpc_stubs/) from the .proto.
 
 The stubs are committed so that running the suite needs only grpcio and protobuf; this script
-needs grpcio-tools (the `dev` extra). Run it as `python -m generators.gen_grpc_stubs` after
-changing harness/proto/tl/kv/v1/kv.proto; selftest/test_grpc_stubs.py fails while the committed
-files differ from what it generates.
+needs grpcio-tools (the `dev` extra). Run it as
+`python -m tlkv_conformance.generators.gen_grpc_stubs` after changing
+harness/proto/tl/kv/v1/kv.proto; selftest/test_grpc_stubs.py fails while the committed files
+differ from what it generates.
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PROTO_ROOT = ROOT / "harness" / "proto"
-PROTO = "tl/kv/v1/kv.proto"  # relative to PROTO_ROOT: it is the name the descriptor pool records
-STUBS_DIR = ROOT / "harness" / "grpc_stubs"
-GENERATED = ("kv_pb2.py", "kv_pb2.pyi", "kv_pb2_grpc.py")
-BANNER = "# Regenerate with `python -m generators.gen_grpc_stubs` from harness/proto.\n"
+import tlkv_conformance
 
-# protoc writes an absolute import of the message module; inside harness.grpc_stubs it must be
-# relative, or importing the stubs would need harness/grpc_stubs on sys.path.
+PACKAGE_DIR = Path(tlkv_conformance.__file__).resolve().parent
+PROTO_ROOT = PACKAGE_DIR / "proto"
+PROTO = "tl/kv/v1/kv.proto"  # relative to PROTO_ROOT: it is the name the descriptor pool records
+STUBS_DIR = PACKAGE_DIR / "grpc_stubs"
+GENERATED = ("kv_pb2.py", "kv_pb2.pyi", "kv_pb2_grpc.py")
+BANNER = "# Regenerate with `python -m tlkv_conformance.generators.gen_grpc_stubs`.\n"
+
+# protoc writes an absolute import of the message module; inside tlkv_conformance.grpc_stubs it
+# must be relative, or importing the stubs would need harness/grpc_stubs on sys.path.
 _ABSOLUTE_IMPORT = "from tl.kv.v1 import kv_pb2 as tl_dot_kv_dot_v1_dot_kv__pb2\n"
 _RELATIVE_IMPORT = "from . import kv_pb2 as tl_dot_kv_dot_v1_dot_kv__pb2\n"
 
@@ -96,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out-dir",
         type=Path,
         default=STUBS_DIR,
-        help=f"where to write {', '.join(GENERATED)} (default: {STUBS_DIR.relative_to(ROOT)})",
+        help=f"where to write {', '.join(GENERATED)} (default: {STUBS_DIR})",
     )
     args = parser.parse_args(argv)
     try:

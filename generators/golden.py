@@ -1,9 +1,11 @@
 """Build, rebuild and check the golden vectors under parity/ (docs/golden.md).
 
-    python -m generators.golden            # rewrite the standard set, rebuild other folders
-    python -m generators.golden --check    # regenerate into a temporary folder and compare
-    python -m generators.golden new --name myengine --block-tokens 16 --n-layers 4 \
+    tlkv-conformance golden            # rewrite the standard set, rebuild other folders
+    tlkv-conformance golden --check    # regenerate into a temporary folder and compare
+    tlkv-conformance golden new --name myengine --block-tokens 16 --n-layers 4 \
         --n-kv-heads 8 --head-dim 128 --version 2
+
+(`python -m tlkv_conformance.generators.golden` is the same.)
 
 The manifest is the source of truth. Every blob is rebuilt from its manifest entry through the
 oracle (harness.golden.GoldenEntry.encode), and every value comes from a harness/values.py
@@ -29,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from harness import oracle
-from harness.golden import (
+from tlkv_conformance import corpus, oracle
+from tlkv_conformance.golden import (
     MANIFEST_FILE,
     MANIFEST_FORMAT,
     NAME_PATTERN,
@@ -41,10 +42,9 @@ from harness.golden import (
     load_manifest,
     manifest_folders,
 )
-from harness.values import pcg64_raw
+from tlkv_conformance.values import pcg64_raw
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PARITY_ROOT = ROOT / "parity"
+DEFAULT_PARITY_ROOT = corpus.parity_dir()
 
 VOCAB = 128_256  # a Llama-3-sized vocabulary, so token ids look like real ones
 BOS = 128_000
@@ -576,8 +576,8 @@ def render_manifest(title: str, entries: Sequence[GoldenEntry]) -> str:
     """A manifest's text: one canonical form, so regenerating it is byte for byte."""
     lines = [
         "# Golden TLKV envelopes: how each blob was made and what its bytes must be.",
-        "# See docs/golden.md. Written by `python -m generators.golden`, which rebuilds every",
-        "# blob from these entries; `python -m generators.golden --check` compares them.",
+        "# See docs/golden.md. Written by `tlkv-conformance golden`, which rebuilds every",
+        "# blob from these entries; `tlkv-conformance golden --check` compares them.",
         f"format: {MANIFEST_FORMAT}",
         f"title: {json.dumps(title)}",
         "entries:" if entries else "entries: []",
@@ -778,7 +778,7 @@ def _summary(entries: Sequence[GoldenEntry]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m generators.golden",
+        prog="python -m tlkv_conformance.generators.golden",
         description="Build, rebuild or check the golden TLKV envelopes (docs/golden.md).",
     )
     parser.add_argument(
@@ -824,7 +824,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = check(root)
         if problem:
             print(f"golden vectors out of date: {problem}", file=sys.stderr)
-            print("rebuild with: python -m generators.golden", file=sys.stderr)
+            print("rebuild with: python -m tlkv_conformance.generators.golden", file=sys.stderr)
             return 1
         entries = [e for f in manifest_folders(root) for e in load_manifest(f / MANIFEST_FILE)]
         print(f"golden vectors match their manifests: {_summary(entries)} under {_shown(root)}")

@@ -4,7 +4,7 @@ The block hash is ``H(parent, toks) = fnv1a64(le_u64(parent) || le_u32(toks[0]) 
 result of 0 replaced by 1.  To test that rule on the *first* block of a sequence we need
 ``parent = 0`` and ``B`` ordinary token ids whose raw FNV-1a-64 is 0.  A random block hits 0 with
 probability 2^-64, so the block has to be constructed.  This module does that; run it as
-``python -m generators.zero_hash_search`` (see ``--help``).
+``python -m tlkv_conformance.generators.zero_hash_search`` (see ``--help``).
 
 How the search works, for a reader who has not seen it
 ------------------------------------------------------
@@ -560,7 +560,7 @@ def _emit_u64(values: list[int], elapsed: float) -> list[str]:
 def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print) -> int:
     """Command-line entry point: print a verified zero-hash first block (or the u64 inputs)."""
     parser = argparse.ArgumentParser(
-        prog="python -m generators.zero_hash_search",
+        prog="python -m tlkv_conformance.generators.zero_hash_search",
         description="Find a parent-0 token block whose raw FNV-1a-64 block hash is 0.",
     )
     parser.add_argument("--block-tokens", type=int, default=16, help="tokens per block (B)")

@@ -25,6 +25,8 @@ __all__ = [
     "compare_readback",
     "compare_snapshots",
     "compare_values",
+    "expect_free",
+    "free_count",
     "in_pool_precision",
     "refused_with",
     "snapshot",
@@ -160,11 +162,30 @@ def _tolerant_problem(expected: bytes, actual: bytes) -> str | None:
     return None
 
 
+def free_count(pool: PoolHandle) -> int | None:
+    """The pool's free blocks, or None where this way in cannot observe them (a shared server)."""
+    try:
+        return pool.free_blocks()
+    except NotObservable:
+        return None
+
+
+def expect_free(pool: PoolHandle, before: int | None, change: int, what: str) -> None:
+    """The free count moved by exactly `change` over `what` (unless it cannot be observed)."""
+    if before is None:
+        return
+    after = pool.free_blocks()
+    if after != before + change:
+        raise CaseFailure(
+            f"free blocks {before} before {what}, {after} after; expected {before + change}"
+        )
+
+
 @dataclass
 class PoolSnapshot:
     """What a rejected import must leave unchanged."""
 
-    free: int
+    free: int | None  # None where the way in cannot observe it
     blocks: dict[int, ReadBack] = field(default_factory=dict)
     registered: dict[int, int | None] = field(default_factory=dict)
 
@@ -181,7 +202,7 @@ def _find(pool: PoolHandle, block_hash: int) -> int | None:
 def snapshot(pool: PoolHandle, blocks: Iterable[int], hashes: Iterable[int]) -> PoolSnapshot:
     """What can be observed of the pool; a block or hash the way in cannot reach is left out
     (over gRPC: an unregistered block)."""
-    shot = PoolSnapshot(free=pool.free_blocks())
+    shot = PoolSnapshot(free=free_count(pool))
     for block in blocks:
         with contextlib.suppress(NotObservable):
             shot.blocks[block] = pool.read(block)
@@ -194,7 +215,7 @@ def snapshot(pool: PoolHandle, blocks: Iterable[int], hashes: Iterable[int]) -> 
 
 def compare_snapshots(before: PoolSnapshot, after: PoolSnapshot, what: str) -> None:
     problems = []
-    if after.free != before.free:
+    if None not in (before.free, after.free) and after.free != before.free:
         problems.append(f"free blocks {before.free} before, {after.free} after")
     for block_hash, held in before.registered.items():
         if block_hash not in after.registered:

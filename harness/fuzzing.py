@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,27 +17,46 @@ from .cases import build_generated_case
 from .checks import calls_to_testee
 from .testee import Testee
 
-REGRESSIONS_DIR = Path("cases") / "regressions"
-
 
 @dataclass
 class FuzzRecorder:
     """Runs each drawn spec as a case and remembers the last one: after a failure, hypothesis
-    replays the minimal failing example last, so that is the one reported."""
+    replays the minimal failing example last, so that is the one reported.
+
+    Shrinking is bounded: `shrink_seconds` after the first failure, a spec never tried is not
+    run against the testee any more (it counts as passing, so hypothesis stops shrinking), and a
+    spec that failed before fails again with its recorded failure without calling the testee.
+    A broken implementation (a crash, a hang, a wrong CRC everywhere) so ends its property
+    tests in seconds, reporting the smallest failing example found in that time.
+    """
 
     root: Path
     reqs: tuple[str, ...] = ()
+    shrink_seconds: float = 3.0
     last: dict[str, Any] | None = field(default=None, repr=False)
+    _failed_at: float | None = field(default=None, repr=False)
+    _failures: dict[str, Exception] = field(default_factory=dict, repr=False)
 
     def check(self, spec: dict[str, Any], testee: Testee) -> None:
         spec = {"id": "fuzz", "reqs": list(self.reqs), **spec}
         self.last = spec
-        for case in build_generated_case(spec, self.root):
-            reason = case.skip_reason(testee)
-            if reason:
-                pytest.skip(reason)
-            with calls_to_testee():
-                case.run(testee)
+        key = json.dumps(spec, sort_keys=True, default=repr)
+        if key in self._failures:
+            raise self._failures[key]
+        if self._failed_at is not None and time.monotonic() - self._failed_at > self.shrink_seconds:
+            return  # over the shrinking budget: not tried
+        try:
+            for case in build_generated_case(spec, self.root):
+                reason = case.skip_reason(testee)
+                if reason:
+                    pytest.skip(reason)
+                with calls_to_testee():
+                    case.run(testee)
+        except Exception as exc:
+            if self._failed_at is None:
+                self._failed_at = time.monotonic()
+            self._failures[key] = exc
+            raise
 
 
 def regression_case(spec: dict[str, Any], test: str, testee: str, failure: str) -> dict[str, Any]:
@@ -58,8 +79,7 @@ def case_file_text(case: dict[str, Any]) -> str:
     return yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)
 
 
-def write_regression(root: Path, case: dict[str, Any]) -> Path:
-    folder = root / REGRESSIONS_DIR
+def write_regression(folder: Path, case: dict[str, Any]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{case['id']}.yaml"
     path.write_text(case_file_text(case), encoding="utf-8")

@@ -9,8 +9,10 @@ a damaged file is reported as the suite's broken data, never as a fault of the i
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import re
+import stat
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ import yaml
 from . import oracle
 from .errors import CorruptedGoldenFile
 from .values import RECIPES, make_values
+from .yamlsource import refuse_aliases
 
 MANIFEST_FILE = "manifest.yaml"
 MANIFEST_FORMAT = 1
@@ -42,7 +45,9 @@ NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 U32_MAX = 0xFFFFFFFF
 U64_MAX = 0xFFFFFFFFFFFFFFFF
-REPAIR_HINT = "restore it from version control, or rebuild it: python -m generators.golden"
+REPAIR_HINT = (
+    "restore it from version control, or rebuild it: python -m tlkv_conformance.generators.golden"
+)
 
 # libyaml when present: manifests hold long flow lists and are read at every collection.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -145,7 +150,7 @@ class GoldenEntry:
     def blob_bytes(self) -> bytes:
         """The blob's bytes, after checking size, sha256 and CRC-32C against the manifest."""
         try:
-            data = self.path.read_bytes()
+            data = read_regular_file(self.path, self.size)
         except OSError as exc:
             raise CorruptedGoldenFile(
                 f"corrupted golden file {self.display}: cannot read it ({exc.strerror}); "
@@ -157,6 +162,17 @@ class GoldenEntry:
                 f"corrupted golden file {self.display}: {'; '.join(problems)}; {REPAIR_HINT}"
             )
         return data
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes: a FIFO, a device or a directory
+    (which could block or never end) is refused without being opened for reading."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file")
+    if info.st_size > limit:
+        raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than the {limit} expected")
+    return path.read_bytes()
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,7 +216,9 @@ def load_manifest(path: Path, display_root: Path | None = None) -> Manifest:
     display_folder = _display(folder, display_root)
     shown = f"{display_folder}/{path.name}"
     try:
-        document = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+        text = path.read_text(encoding="utf-8")
+        refuse_aliases(text)
+        document = yaml.load(text, Loader=_Loader)
     except OSError as exc:
         raise ManifestError(f"{shown}: cannot read it ({exc.strerror})") from None
     except yaml.YAMLError as exc:

@@ -1,43 +1,80 @@
-"""Hypothesis profiles, registered in one place; choose one with --hypothesis-profile."""
+"""Hypothesis profiles, registered in one place; choose one with --hypothesis-profile.
+
+The gate is deterministic: its profiles draw from a fixed seed (--fuzz-seed, applied to every
+property test by the plugin) and read or write no example database, so the same implementation
+and suite version get the same verdict on every run and machine. Random exploration is its own
+profile; what it finds becomes a YAML regression case (--write-regressions), deterministic from
+then on (docs/fuzzing.md).
+"""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, Phase, settings
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
 
-DEFAULT_PROFILE = "dev"
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+DEFAULT_PROFILE = "gate"
 # The fuzz_case fixture is meant to outlive each example: it keeps the last one drawn, which
 # after a failure is the minimal example, to print as a regression case.
 _SUPPRESSED = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 
 settings.register_profile(
-    "dev",
+    "gate",
     max_examples=60,
     deadline=None,
+    database=None,
     suppress_health_check=_SUPPRESSED,
 )
-# Bounded and derandomized: the same examples on every run and every machine, no database.
+# The gate with more examples, for CI runs that can afford them.
+settings.register_profile("ci", parent=settings.get_profile("gate"), max_examples=150)
+# The gate without shrinking: for runs that need only a verdict, not a minimal example (the
+# mutant self-test runs the suite against dozens of deliberately broken references).
 settings.register_profile(
-    "ci",
-    max_examples=150,
+    "verdict",
+    parent=settings.get_profile("gate"),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+# Random exploration: fresh examples each run, failures remembered per implementation in an
+# example database outside the checkout (EXPLORING has the profiles that draw fresh examples).
+settings.register_profile(
+    "explore",
+    max_examples=500,
     deadline=None,
-    derandomize=True,
-    database=None,
-    print_blob=True,
     suppress_health_check=_SUPPRESSED,
 )
 # Long campaigns: run with pytest-xdist, `pytest conformance/test_fuzz.py -n auto
 # --hypothesis-profile=thorough`.
 settings.register_profile(
     "thorough",
+    parent=settings.get_profile("explore"),
     max_examples=20_000,
-    deadline=None,
     suppress_health_check=[*_SUPPRESSED, HealthCheck.data_too_large],
 )
+EXPLORING = frozenset({"explore", "thorough"})
 
-# The ci profile without shrinking: for runs that need only a verdict, not a minimal example
-# (the mutant self-test runs the suite against dozens of deliberately broken references).
-settings.register_profile(
-    "verdict",
-    parent=settings.get_profile("ci"),
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-)
+
+def example_database_dir(identities: Iterable[str]) -> Path:
+    """Where an exploring profile keeps its examples: one folder per set of implementations,
+    under the user's cache (never in the checkout, where it would change the gate's verdict)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    key = hashlib.sha256("\n".join(sorted(identities)).encode()).hexdigest()[:16]
+    return cache / "tlkv-conformance" / "examples" / key
+
+
+def activate(name: str, identities: Iterable[str]) -> str:
+    """Load profile `name` (giving an exploring one its database); what the header says of it."""
+    if name in EXPLORING:
+        folder = example_database_dir(identities)
+        settings.register_profile(
+            f"{name}-db",
+            parent=settings.get_profile(name),
+            database=DirectoryBasedExampleDatabase(str(folder)),
+        )
+        settings.load_profile(f"{name}-db")
+        return f"profile {name} (random examples; example database {folder})"
+    settings.load_profile(name)
+    return f"profile {name} (fixed seed, no example database)"

@@ -10,6 +10,7 @@ summary, Markdown and JSON.
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 from .requirements import Requirement, requirements
 
 REPORT_FORMAT = "tlkv-conformance-report"
-REPORT_FORMAT_VERSION = 1
+REPORT_FORMAT_VERSION = 2
 
 # A test's outcome, from its phases; pytest's words, plus "error" for a failed setup/teardown.
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
@@ -50,15 +51,6 @@ def is_warning(level: str | None, when: str, xfail_marked: bool, strict: bool) -
     return is_should_failure(level, when, xfail_marked) and not strict
 
 
-def gate_exit_status(exit_status: int, failures: int, warnings: int, stopped_early: bool) -> int:
-    """pytest's exit status, with SHOULD-level warnings forgiven: 1 (tests failed) becomes 0
-    when every failure pytest counted (`failures`, collection errors included) is a warning.
-    A run stopped early (-x, --maxfail) keeps its 1: it did not check everything."""
-    if exit_status == 1 and warnings and failures <= warnings and not stopped_early:
-        return 0
-    return exit_status
-
-
 def warning_note(reqs: Sequence[str], strict: bool) -> str:
     """What a SHOULD-level failure's report says about it (terminal, JUnit)."""
     ids = ", ".join(reqs) or "none"
@@ -84,6 +76,10 @@ class Phase:
     wasxfail: bool = False  # an expected failure that failed (skipped) or passed (xpassed)
     xfail_marked: bool = False  # the test carries an xfail marker (a known failure)
     detail: str = ""  # the failure message or the skip reason
+    # A SHOULD-level failure the plugin reported as a warning (pytest counts it as passed, so
+    # that it neither stops -x nor fails the run).
+    warning: bool = False
+    blamed: tuple[str, ...] = ()  # a failure's requirements whose own bytes or fields differ
 
 
 @dataclass
@@ -96,6 +92,8 @@ class TestResult:
     roles: dict[str, str]  # impl / producer / consumer -> --impl label
     reqs: tuple[str, ...]
     level: str | None
+    key: str = ""  # the test's corpus id (cases/x.yaml::case), the same wherever it ran
+    blamed: tuple[str, ...] = ()  # the requirements whose own bytes or fields differ
     outcome: str = ""  # until a phase says (OUTCOMES)
     gating: bool = False  # a failure that fails the run (MUST, --strict, error, strict XPASS)
     message: str = ""
@@ -107,8 +105,10 @@ class TestResult:
     def as_json(self) -> dict[str, Any]:
         return {
             "nodeid": self.nodeid,
+            "id": self.key,
             **self.roles,
             "requirements": list(self.reqs),
+            "blamed": list(self.blamed),
             "level": self.level,
             "outcome": self.outcome,
             "gating": self.gating,
@@ -116,18 +116,25 @@ class TestResult:
         }
 
 
-def _properties(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], tuple[str, ...], str]:
+KEY_PROPERTY = "tlkv_id"  # the user property holding a test's corpus id
+
+
+def _properties(
+    pairs: Iterable[tuple[str, str]],
+) -> tuple[dict[str, str], tuple[str, ...], str, str]:
     roles: dict[str, str] = {}
     reqs: list[str] = []
-    level = ""
+    level = key = ""
     for name, value in pairs:
         if name == "requirement":
             reqs.append(str(value))
         elif name == "level":
             level = str(value)
+        elif name == KEY_PROPERTY:
+            key = str(value)
         elif name in ROLES:
             roles[name] = str(value)
-    return roles, tuple(reqs), level
+    return roles, tuple(reqs), level, key
 
 
 def _trim(text: str) -> str:
@@ -149,10 +156,10 @@ class ResultLog:
     def add(self, phase: Phase) -> None:
         result = self._results.get(phase.nodeid)
         if result is None:
-            roles, reqs, level = _properties(phase.properties)
-            result = TestResult(phase.nodeid, roles, reqs, level or None)
+            roles, reqs, level, key = _properties(phase.properties)
+            result = TestResult(phase.nodeid, roles, reqs, level or None, key or phase.nodeid)
             self._results[phase.nodeid] = result
-        if phase.outcome == "failed":
+        if phase.outcome == "failed" or phase.warning:
             self._failed(result, phase)
         elif phase.outcome == "skipped" and phase.when != "teardown":
             result.outcome = "xfailed" if phase.wasxfail else "skipped"
@@ -162,10 +169,10 @@ class ResultLog:
 
     def _failed(self, result: TestResult, phase: Phase) -> None:
         message = _trim(phase.detail)
+        result.blamed = phase.blamed or result.blamed
         if phase.when == "call":
-            warning = is_warning(result.level, "call", phase.xfail_marked, self.strict)
-            self.warnings += warning
-            result.outcome, result.gating, result.message = "failed", not warning, message
+            self.warnings += phase.warning
+            result.outcome, result.gating, result.message = "failed", not phase.warning, message
             return
         # A setup or teardown error is the run's problem whatever the level: it always gates.
         if result.outcome not in FAILED_LIKE:
@@ -186,11 +193,39 @@ class ResultLog:
 
 @dataclass(frozen=True)
 class Impl:
-    """An implementation under test, as the report names it."""
+    """An implementation under test, as the report names it: its --impl label, which
+    implementation it is (for a library: its file name, size and sha256), what it says of
+    itself."""
 
     label: str
     identity: str
     description: str
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What makes a run repeatable and its report trustworthy: which run, whether it finished,
+    and everything that chose its tests and examples."""
+
+    run_id: str = ""
+    complete: bool = True
+    incomplete_reason: str = ""  # why not, when it did not finish
+    started: str = ""
+    finished: str = ""
+    suite_version: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)  # options, seed, profile, versions
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "complete": self.complete,
+            "incomplete_reason": self.incomplete_reason or None,
+            "started": self.started,
+            "finished": self.finished,
+            "suite_version": self.suite_version,
+            "settings": self.settings,
+        }
 
 
 @dataclass
@@ -277,6 +312,7 @@ class Conformance:
     results: list[TestResult]
     strict: bool
     exit_status: int
+    run: RunInfo = field(default_factory=RunInfo)
     collection_errors: list[str] = field(default_factory=list)
     requirement_cells: dict[str, dict[str, Cell]] = field(default_factory=dict)
     matrix: dict[tuple[str, str], Cell] = field(default_factory=dict)
@@ -288,6 +324,7 @@ class Conformance:
         impls: Sequence[Impl],
         log: ResultLog,
         exit_status: int,
+        run: RunInfo | None = None,
     ) -> Conformance:
         table = requirements()
         labels = [i.label for i in impls]
@@ -308,6 +345,7 @@ class Conformance:
             results,
             log.strict,
             exit_status,
+            run or RunInfo(),
             list(log.collection_errors),
             cells,
             matrix,
@@ -328,7 +366,8 @@ class Conformance:
 
     @property
     def gate(self) -> str:
-        return "pass" if self.exit_status == 0 else "fail"
+        """pass only for a complete run with exit status 0."""
+        return "pass" if self.exit_status == 0 and self.run.complete else "fail"
 
     @property
     def failures(self) -> list[TestResult]:
@@ -343,6 +382,8 @@ class Conformance:
         results = self.impl_results(label)
         if any(r.gating and r.outcome in FAILED_LIKE for r in results):
             return "FAIL"
+        if not self.run.complete:
+            return "INCOMPLETE"
         warnings = sum(r.warning for r in results)
         return f"PASS ({warnings} SHOULD warning{'s' * (warnings != 1)})" if warnings else "PASS"
 
@@ -420,6 +461,7 @@ class Conformance:
         return {
             "format": REPORT_FORMAT,
             "format_version": REPORT_FORMAT_VERSION,
+            **self.run.as_json(),
             "gate": self.gate,
             "exit_status": self.exit_status,
             "strict": self.strict,
@@ -434,8 +476,9 @@ class Conformance:
                 {
                     "label": impl.label,
                     "identity": impl.identity,
+                    "fingerprint": impl.fingerprint,
                     "description": impl.description,
-                    "gate": "fail" if self.impl_gate(impl.label) == "FAIL" else "pass",
+                    "gate": self.impl_gate(impl.label).split(" ")[0].lower(),
                     "requirements": self.requirement_counts(impl.label),
                     "tests": dict(Counter(r.outcome for r in self.impl_results(impl.label))),
                 }
@@ -569,17 +612,21 @@ class Conformance:
             f"gate: {self.gate.upper()} (exit status {self.exit_status})"
             + (f": {failures} failure{'s' * (failures != 1)} fail the run" if failures else "")
         ]
+        if not self.run.complete:
+            lines.append(f"the run is INCOMPLETE ({self.run.incomplete_reason}): no verdict")
         warnings = sum(r.warning for r in self.failures)
         if warnings:
             them = f"{warnings} SHOULD-level failure{'s' * (warnings != 1)}"
             what = "a warning" if warnings == 1 else "warnings"
-            if self.exit_status == 0:
+            if self.exit_status == 0 and self.run.complete:
                 lines.append(
                     f"{them}: {what}, not a failed gate; exit status 0 (--strict makes "
                     "SHOULD-level failures fail the run)"
                 )
-            else:
+            elif failures:
                 lines.append(f"{them}: {what}; the run fails for its other failures")
+            else:
+                lines.append(f"{them}: {what}")
         if paths:
             lines.append("conformance report: " + ", ".join(str(p) for p in paths))
         return lines
@@ -596,6 +643,12 @@ class Conformance:
             f"warning{'s' * (warnings != 1)}"
             + (" (--strict: SHOULD failures fail the run)." if self.strict else ".")
         )
+        if not self.run.complete:
+            out.append(
+                f"**The run is INCOMPLETE** ({self.run.incomplete_reason}): this report is "
+                "partial and no implementation passed."
+            )
+        out.append(f"Run `{self.run.run_id}`, suite {self.run.suite_version}, {self.run.started}.")
         if self.collection_errors:
             out.append(f"{len(self.collection_errors)} collection errors.")
         out += ["", "## Implementations", ""]
@@ -605,7 +658,7 @@ class Conformance:
             rows.append(
                 [
                     f"`{impl.label}`",
-                    f"`{impl.identity}`",
+                    f"`{impl.fingerprint or impl.identity}`",
                     impl.description,
                     self.impl_gate(impl.label),
                     self._requirement_summary(impl.label),
@@ -680,11 +733,17 @@ class Conformance:
     # -- files ----------------------------------------------------------------------------------
 
     def write(self, base: Path) -> list[Path]:
-        """Write BASE.md and BASE.json (creating folders), and return their paths."""
+        """Write BASE.md and BASE.json (creating folders), each atomically (a reader sees the
+        old report or the new one, never half of one), and return their paths."""
         base.parent.mkdir(parents=True, exist_ok=True)
         md, js = report_paths(base)
-        md.write_text(self.markdown(), encoding="utf-8")
-        js.write_text(json.dumps(self.as_json(), indent=2) + "\n", encoding="utf-8")
+        for path, text in (
+            (js, json.dumps(self.as_json(), indent=2) + "\n"),
+            (md, self.markdown()),
+        ):
+            partial = path.with_name(f".{path.name}.{self.run.run_id or os.getpid()}.partial")
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, path)
         return [md, js]
 
 

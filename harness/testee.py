@@ -3,9 +3,13 @@ the run's settings that change what a case expects."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from .adapters import GRPC_STATUS_OF, Adapter, ImplInfo, ImplSpec
+from .oracle import Geometry
+from .report import Impl
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,3 +38,22 @@ class Testee:
 
     def can(self, capability: str) -> bool:
         return capability in self.info.capabilities
+
+    @property
+    def geometry(self) -> Geometry | None:
+        """The one pool geometry the implementation serves, or None when it serves any."""
+        return self.adapter.geometry
+
+    def fingerprint(self) -> str:
+        """Which build was tested: the file loaded (name, size, sha256), or the address."""
+        origin = getattr(self.adapter, "origin", None)
+        if isinstance(origin, Path) and origin.is_file():
+            data = origin.read_bytes()
+            return f"{origin.name}, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
+        return self.spec.target
+
+    def report_impl(self) -> Impl:
+        description = self.info.describe() + (
+            f", geometry {self.geometry}" if self.geometry else ""
+        )
+        return Impl(self.label, self.identity, description, self.fingerprint())

@@ -21,7 +21,11 @@ class LineList(list):
     line: int = 0
 
 
-class _LineLoader(yaml.SafeLoader):
+# libyaml's parser when present (the constructors below stay in Python and keep the lines).
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _LineLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> LineDict:
         self.flatten_mapping(node)  # resolve "<<: *anchor" merges before looking for duplicates
         keys = [self.construct_object(k, deep=True) for k, _ in node.value]
@@ -61,6 +65,7 @@ def load_yaml(path: Path, shown: str | None = None) -> Any:
     except OSError as exc:
         raise YamlSourceError(f"{shown}: cannot read: {exc.strerror}") from None
     try:
+        refuse_aliases(text)
         return yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -68,6 +73,17 @@ def load_yaml(path: Path, shown: str | None = None) -> Any:
         raise YamlSourceError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise YamlSourceError(f"{shown}: invalid YAML: {exc}") from None
+
+
+def refuse_aliases(text: str) -> None:
+    """An alias (*name) can make a few lines expand into gigabytes (a "billion laughs"): the
+    suite's YAML files have no use for one, so any is refused before anything is built."""
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.MarkedYAMLError(
+                problem=f"aliases (*{event.anchor}) are not allowed in this file",
+                problem_mark=event.start_mark,
+            )
 
 
 def line_of(document: Any, path: Sequence[Any]) -> int:

@@ -1,7 +1,8 @@
 """The bundled Python reference implementation of the testee protocol (docs/contract.md).
 
-It is written from the spec alone and shares no code with the oracle in `harness.oracle`, so
-that a mistake in one is caught by the other. Storage is f16; it reads and writes v1 and v2.
+It is written from the spec alone and shares no code with the oracle in
+`tlkv_conformance.oracle`, so that a mistake in one is caught by the other. Storage is f16; it
+reads and writes v1 and v2.
 """
 
 from __future__ import annotations

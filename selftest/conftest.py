@@ -25,7 +25,7 @@ def run_suite(tmp_path: Path) -> Callable[..., SuiteRun]:
 @pytest.fixture(scope="session")
 def reference_library(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """Build (once per session) a variant of the bundled C reference: default, f32, v1only."""
-    from reference.clib.build import build_library
+    from tlkv_conformance.references.clib.build import build_library
 
     built: dict[tuple[str, bool], Path] = {}
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from tlkv_conformance.references.clib.build import build_library
+from tlkv_conformance.requirements import requirements
 
-from harness.requirements import requirements
-from reference.clib.build import build_library
 from selftest.support import ROOT, SuiteRun, patched_copy, run_conformance, start_reference_server
 
 CATALOGUE = Path(__file__).with_name("mutants") / "catalogue.yaml"
@@ -35,6 +35,9 @@ TARGETS = {
 SUITE_ARGS = ("--strict", "--call-timeout=3", "--hypothesis-profile=verdict")
 DEFAULT_SERVER = {"geometry": [4, 2, 2, 8], "capacity": 20000, "flags": []}
 # A gRPC server's single pool has one geometry: its mutants run the cases written for it.
+# The name a patched copy of the references is served under (its own, so that the bundled
+# tlkv_conformance.references cannot be picked instead).
+MUTANT_PACKAGE = "mutant_references"
 GRPC_SUITE = ("cases/transfer.yaml", "cases/reader-v1.yaml", "cases/reader-v2.yaml")
 
 
@@ -109,13 +112,13 @@ def planted(mutant: Mutant, workdir: Path) -> Iterator[tuple[str, Path | None]]:
         package = workdir / "server"
         shutil.copytree(
             ROOT / "reference",
-            package / "reference",
+            package / MUTANT_PACKAGE,
             ignore=shutil.ignore_patterns("clib", "__pycache__"),
         )
         patched_copy(
             TARGETS["grpc"],
             list(mutant.patch),
-            package / "reference" / "grpc_server" / "_service.py",
+            package / MUTANT_PACKAGE / "grpc_server" / "_service.py",
         )
         config = {**DEFAULT_SERVER, **mutant.server}
         b, layers, heads, dim = config["geometry"]
@@ -129,6 +132,7 @@ def planted(mutant: Mutant, workdir: Path) -> Iterator[tuple[str, Path | None]]:
                     f"--capacity={config['capacity']}",
                     *config["flags"],
                 ],
+                package=MUTANT_PACKAGE,
                 package_root=package,
             )
         except Exception as exc:

@@ -7,8 +7,7 @@ import json
 import os
 
 import pytest
-
-from harness.plugin import REQS
+from tlkv_conformance.plugin import REQS
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

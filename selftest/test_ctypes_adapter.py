@@ -18,17 +18,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from harness import oracle
-from harness.adapters import AdapterSettings, parse_impl
-from harness.adapters._ctypes import (
+from tlkv_conformance import oracle
+from tlkv_conformance.adapters import AdapterSettings, parse_impl
+from tlkv_conformance.adapters._ctypes import (
     CtypesAdapter,
     load_status_profile,
     sanitizer_environment,
     sanitizer_runtimes,
 )
-from harness.adapters._worker import sanitizer_report
-from harness.errors import ImplementationFault, Refused, SuiteUsageError
+from tlkv_conformance.adapters._worker import sanitizer_report
+from tlkv_conformance.errors import ImplementationFault, Refused, SuiteUsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = ROOT / "selftest" / "faulty"
@@ -47,7 +46,7 @@ def node(case_id: str) -> str:
 @pytest.fixture(scope="session")
 def faulty_library(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """Build (once per session) a test library of selftest/faulty: segv, hang, overflow, ..."""
-    from reference.clib.build import build_library
+    from tlkv_conformance.references.clib.build import build_library
 
     built: dict[tuple[str, bool], Path] = {}
 

@@ -1,8 +1,9 @@
 """The gRPC way in (`--impl=grpc:HOST:PORT`) and the reference decode server.
 
-Each test starts its own reference server (python -m reference.grpc_server --port 0) as a child
-process, so every run sees a fresh pool; the suite itself runs in another child, as a user
-would run it. docs/grpc.md describes what is observable this way and what is skipped.
+Each test starts its own reference server (python -m tlkv_conformance.references.grpc_server
+--port 0) as a child process, so every run sees a fresh pool; the suite itself runs in another
+child, as a user would run it. docs/grpc.md describes what is observable this way and what is
+skipped.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from tlkv_conformance import oracle
+from tlkv_conformance.adapters import AdapterSettings, parse_impl
+from tlkv_conformance.adapters._grpc import Chunk, GrpcAdapter
+from tlkv_conformance.cases import RejectCase, load_case_file
+from tlkv_conformance.cases.kinds import TransferCase
+from tlkv_conformance.errors import NotObservable, Refused, SuiteUsageError
 
-from harness import oracle
-from harness.adapters import AdapterSettings, parse_impl
-from harness.adapters._grpc import Chunk, GrpcAdapter
-from harness.cases import RejectCase, load_case_file
-from harness.cases._transfer import TransferCase
-from harness.errors import NotObservable, Refused, SuiteUsageError
 from selftest.support import Server, start_reference_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -317,7 +318,7 @@ def test_pool_operations_map_onto_the_transfer(grpc_server):
             assert "n_blocks 2" in refusal.value.detail
             assert "READ-CRC" in refusal.value.detail
             assert pool.free_blocks() == 6
-        with pytest.raises(NotObservable, match="the server's pool is 4x2x2x8"):
+        with pytest.raises(NotObservable, match="serves pools of 4x2x2x8 only"):
             adapter.open_pool(oracle.Geometry(2, 1, 1, 2), 4)
 
 

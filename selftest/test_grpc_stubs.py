@@ -31,13 +31,14 @@ def test_committed_stubs_are_current(tmp_path: Path) -> None:
         fresh = (tmp_path / name).read_text()
         current = (gen_grpc_stubs.STUBS_DIR / name).read_text()
         assert fresh == current, (
-            f"harness/grpc_stubs/{name} is stale: run python -m generators.gen_grpc_stubs"
+            f"harness/grpc_stubs/{name} is stale: run "
+            "python -m tlkv_conformance.generators.gen_grpc_stubs"
         )
 
 
 def test_stubs_import_without_grpc_tools_on_the_path() -> None:
     # The package must not need harness/grpc_stubs on sys.path (the generated import is relative).
-    from harness.grpc_stubs import kv_pb2, kv_pb2_grpc
+    from tlkv_conformance.grpc_stubs import kv_pb2, kv_pb2_grpc
 
     assert kv_pb2.DESCRIPTOR.package == "tl.kv.v1"
     assert hasattr(kv_pb2_grpc, "KvTransferStub")
@@ -46,8 +47,7 @@ def test_stubs_import_without_grpc_tools_on_the_path() -> None:
 def test_fields_match_the_contract() -> None:
     # CONTRACT section 3: number, type and label of every field are part of the wire contract.
     from google.protobuf.descriptor import FieldDescriptor as F
-
-    from harness.grpc_stubs import kv_pb2
+    from tlkv_conformance.grpc_stubs import kv_pb2
 
     one, many = False, True  # repeated?
     expected = {

@@ -6,8 +6,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from tlkv_conformance.oracle import READER_RULES
 
-from harness.oracle import READER_RULES
 from selftest.mutation import Mutant, load_catalogue, run_mutant
 
 CATALOGUE = load_catalogue()

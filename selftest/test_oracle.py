@@ -7,8 +7,7 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
-
-from harness import oracle
+from tlkv_conformance import oracle
 
 SPEC_ENVELOPE = bytes.fromhex(
     "544c4b56 0100 0100 01000000 02000000"

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from tlkv_conformance.requirements import requirements
 
-from harness.requirements import requirements
 from selftest.support import ROOT
 
 
@@ -59,8 +59,8 @@ def test_requirement_ids_are_well_formed() -> None:
 
 
 def test_reader_rules_have_three_single_fault_cases_per_version() -> None:
-    from harness.cases import RejectCase, load_case_file
-    from harness.oracle import READER_RULES
+    from tlkv_conformance.cases import RejectCase, load_case_file
+    from tlkv_conformance.oracle import READER_RULES
 
     counts: dict[tuple[str, int], int] = {}
     for path in sorted((ROOT / "cases").glob("*.yaml")):

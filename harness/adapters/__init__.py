@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from ..errors import SuiteUsageError
 from ._base import GRPC_STATUS_OF, STATUS_CODES, Adapter, Capability, ImplInfo, PoolHandle, ReadBack
-from ._pymodule import PyModuleAdapter
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
 
 
@@ -16,6 +15,11 @@ class AdapterSettings:
 
     call_timeout: float = 10.0
     isolation: str = "worker"  # or "inprocess"
+    # The worker's address-space limit in bytes (0: none); never applied under a sanitizer.
+    worker_memory: int = 8 << 30
+    # Processes of this run talking to the implementation at once (pytest-xdist workers): a
+    # gRPC server's free-block count is then not one worker's to observe.
+    concurrent_runs: int = 1
     # Sanitizer runtimes to preload into a ctypes worker: "auto" (those the library names),
     # "none", or paths separated by os.pathsep.
     sanitizer_runtime: str = "auto"
@@ -23,9 +27,11 @@ class AdapterSettings:
 
 def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
     """Connect to the implementation `spec` names; SuiteUsageError (one line) if it cannot."""
+    # Each adapter imports what it needs (ctypes, grpcio) only when used.
     if spec.kind == "py":
-        return PyModuleAdapter(spec.label, spec.target)
-    # The other adapters import heavier libraries (ctypes workers, grpcio) only when used.
+        from ._pymodule import PyModuleAdapter
+
+        return PyModuleAdapter(spec, settings)
     if spec.kind == "ctypes":
         from ._ctypes import CtypesAdapter
 

@@ -114,6 +114,12 @@ class Adapter(abc.ABC):
 
     def __init__(self, label: str) -> None:
         self.label = label
+        # The one pool geometry the implementation serves, or None when it serves any.
+        self.geometry: Geometry | None = None
+
+    def other_geometry(self, wanted: Geometry) -> str:
+        """Why a pool of `wanted` cannot be opened on an implementation of one geometry."""
+        return f"{self.label} serves pools of {self.geometry} only; this needs {wanted}"
 
     @abc.abstractmethod
     def info(self) -> ImplInfo: ...

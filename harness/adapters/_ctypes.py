@@ -7,7 +7,6 @@ pytest process instead, for a debugger. docs/ctypes.md is the user's guide.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import mmap
 import os
@@ -15,58 +14,19 @@ import re
 import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ..errors import ImplementationFault, Refused, SuiteUsageError
-from ..oracle import Geometry
+from ..errors import SuiteUsageError
 from ..yamlsource import YamlSourceError, load_yaml
-from ._base import Adapter, ImplInfo, PoolHandle, ReadBack
-from ._ffi import DEFAULT_STATUSES, DTYPES, Session
+from . import _ffi
+from ._ffi import DEFAULT_STATUSES
+from ._session import SessionAdapter, open_channel
 from ._spec import ImplSpec
-from ._worker import WorkerChannel
 
 if TYPE_CHECKING:
     from . import AdapterSettings
 
 STATUS_PROFILE_OPTION = "status-profile"
-ISOLATIONS = ("worker", "inprocess")
-
-
-class Channel(Protocol):
-    """How the adapter reaches a `_ffi.Session`: in a worker process, or in this one."""
-
-    generation: int  # bumped each time a worker (and every pool in it) is lost
-    loss: str  # how the last one was lost
-
-    def open(self) -> tuple[int, int]: ...
-
-    def call(self, op: str, *args: Any) -> Any: ...
-
-    def close(self) -> None: ...
-
-
-class InProcessChannel:
-    """Calls the library in the pytest process: no isolation, no timeout; for gdb."""
-
-    generation = 0
-    loss = ""
-
-    def __init__(self, library: str, statuses: Mapping[str, int]) -> None:
-        self._library = library
-        self._statuses = dict(statuses)
-        self._session: Session | None = None
-
-    def open(self) -> tuple[int, int]:
-        self._session = Session(self._library, self._statuses)
-        return self._session.load()
-
-    def call(self, op: str, *args: Any) -> Any:
-        return getattr(self._session, op)(*args)
-
-    def close(self) -> None:
-        self._session = None  # ctypes never unloads a library; there is nothing more to do
 
 
 # -- status profiles --------------------------------------------------------------------------
@@ -229,142 +189,28 @@ def _check_loaded_here(library: Path, runtimes: list[str]) -> None:
 # -- the adapter ------------------------------------------------------------------------------
 
 
-class CtypesPool(PoolHandle):
-    """A pool living wherever the channel's Session does, named by its integer id there."""
-
-    def __init__(self, channel: Channel, geometry: Geometry, capacity: int) -> None:
-        super().__init__(geometry, capacity)
-        self._channel = channel
-        self._id: int = channel.call(
-            "tl_kv_pool_create",
-            (geometry.block_tokens, geometry.n_layers, geometry.n_kv_heads, geometry.head_dim),
-            capacity,
-        )
-        self._generation = channel.generation
-        self._dtype: str | None = None
-        self._closed = False
-
-    def _call(self, op: str, *args: Any) -> Any:
-        if self._channel.generation != self._generation:
-            raise ImplementationFault(f"pool lost when the worker {self._channel.loss}")
-        return self._channel.call(op, self._id, *args)
-
-    @property
-    def dtype(self) -> str:
-        if self._dtype is None:
-            code = self._call("tl_kv_pool_dtype")
-            if code not in DTYPES:
-                raise ImplementationFault(
-                    f"tl_kv_pool_dtype returned {code}, expected TL_F16 (1) or TL_F32 (0)"
-                )
-            self._dtype = DTYPES[code]
-        return self._dtype
-
-    def free_blocks(self) -> int:
-        return self._call("tl_kv_pool_free_blocks")
-
-    def write(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int:
-        kv = np.ascontiguousarray(values, dtype=np.float32)
-        if kv.size != self.geometry.n_elements:  # the library reads exactly this many floats
-            raise ValueError(f"values of shape {kv.shape}, expected {self.geometry.values_shape}")
-        return self._call("tl_kv_pool_write", block_hash, n_tokens, kv.tobytes())
-
-    def read(self, block: int) -> ReadBack:
-        block_hash, n_tokens, raw = self._call("tl_kv_pool_read", block)
-        values = np.frombuffer(raw, dtype=np.float32).reshape(self.geometry.values_shape)
-        return ReadBack(block_hash, n_tokens, values.copy())
-
-    def find(self, block_hash: int) -> int:
-        return self._call("tl_kv_pool_find", block_hash)
-
-    def release(self, block: int) -> None:
-        self._call("tl_kv_pool_release", block)
-
-    def export_bytes(self, n_blocks: int, version: int) -> int:
-        return self._call("tl_kv_export_bytes", n_blocks, version)
-
-    def export(self, blocks: list[int], version: int) -> bytes:
-        # Two calls, so a crash is attributed to the right function; `out` gets exactly the
-        # size the library asked for.
-        size = self.export_bytes(len(blocks), version)
-        return self._call("tl_kv_export", list(blocks), version, size)
-
-    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
-        return self._call("tl_kv_import", bytes(data), max_blocks)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        # A pool lost with its worker has nothing left to destroy, and saying so again here
-        # would hide the crash that lost it.
-        if self._channel.generation == self._generation:
-            self._channel.call("tl_kv_pool_destroy", self._id)
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc is None:
-            self.close()
-            return
-        with contextlib.suppress(ImplementationFault, Refused):  # the error on its way out
-            self.close()  # says more than one in cleaning up after it
-
-
-class CtypesAdapter(Adapter):
+class CtypesAdapter(SessionAdapter):
     """A C library implementing abi/tl_kv.h, loaded with ctypes."""
 
     def __init__(self, spec: ImplSpec, settings: AdapterSettings) -> None:
-        super().__init__(spec.label)
-        self._channel: Channel | None = None
         try:
-            self._channel, masks = self._connect(spec, settings)
+            library, statuses, env = self._prepare(spec, settings)
+            channel = open_channel(_ffi, (str(library), statuses), settings, env)
         except SuiteUsageError as exc:
             raise SuiteUsageError(f"--impl {spec.label}: {exc}") from None
-        self._reads, self._writes = (
-            frozenset(v for v in range(32) if mask >> v & 1) for mask in masks
-        )
+        super().__init__(spec, channel, spec.geometry)
 
     @staticmethod
-    def _connect(spec: ImplSpec, settings: AdapterSettings) -> tuple[Channel, tuple[int, int]]:
+    def _prepare(
+        spec: ImplSpec, settings: AdapterSettings
+    ) -> tuple[Path, dict[str, int], dict[str, str]]:
         library = Path(spec.target).expanduser()
         if not library.is_file():
             raise SuiteUsageError(f"no library at {str(library)!r}")
         library = library.resolve()
         statuses = load_status_profile(spec.options.get(STATUS_PROFILE_OPTION))
-        if settings.isolation not in ISOLATIONS:
-            raise SuiteUsageError(
-                f"isolation {settings.isolation!r}: expected {' or '.join(ISOLATIONS)}"
-            )
         runtimes = sanitizer_runtimes(library, settings.sanitizer_runtime)
-        channel: Channel
         if settings.isolation == "inprocess":
             _check_loaded_here(library, runtimes)
-            channel = InProcessChannel(str(library), statuses)
-        else:
-            env = sanitizer_environment(runtimes, os.environ) if runtimes else {}
-            channel = WorkerChannel(str(library), statuses, settings.call_timeout, env)
-        try:
-            return channel, channel.open()
-        except ImplementationFault as exc:
-            channel.close()
-            raise SuiteUsageError(f"loading {str(library)!r}: {exc}") from None
-        except BaseException:
-            channel.close()
-            raise
-
-    def info(self) -> ImplInfo:
-        with self.open_pool(Geometry(1, 1, 1, 1), 1) as probe:
-            dtype = probe.dtype
-        return ImplInfo(read_versions=self._reads, write_versions=self._writes, pool_dtype=dtype)
-
-    def block_hash(self, parent: int, tokens: list[int]) -> int:
-        assert self._channel is not None
-        return self._channel.call("tl_kv_block_hash", parent, list(tokens))
-
-    def open_pool(self, geometry: Geometry, capacity: int) -> CtypesPool:
-        assert self._channel is not None
-        return CtypesPool(self._channel, geometry, capacity)
-
-    def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+        env = sanitizer_environment(runtimes, os.environ) if runtimes else {}
+        return library, statuses, env

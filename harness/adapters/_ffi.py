@@ -3,9 +3,9 @@
 
 The same Session runs in the worker process (isolation "worker") and in the pytest process
 (isolation "inprocess"), so both modes call the library identically. This module imports
-nothing but the standard library and `harness.errors`: the worker loads it on its own, as the
-top-level module `_ffi`, without the package's __init__ and its numpy import, so that a worker
-(re)starts in tens of milliseconds.
+nothing but the standard library and the package's `errors`: the worker loads both files on
+their own, without the package's __init__ and its numpy import, so that a worker (re)starts in
+tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from ctypes import (
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-# Absolute on purpose (see the module docstring): the worker has no `harness.adapters` package.
-from harness.errors import ImplementationFault, Refused, SuiteUsageError
+try:  # part of the package, in the suite's process
+    from ..errors import ImplementationFault, Refused, SuiteUsageError
+except ImportError:  # in a worker, loaded on its own: the worker loaded errors.py first
+    from tlkv_worker_errors import ImplementationFault, Refused, SuiteUsageError  # type: ignore
 
 # The contract's numbers (CONTRACT.md, section 1); a status profile may replace any of them.
 DEFAULT_STATUSES: Mapping[str, int] = {
@@ -161,13 +163,31 @@ class _Pool:
 class Session:
     """The library and the pools created through it, each named by an integer id.
 
-    Methods are named after the one C function each calls, so a crash inside a method is
-    a crash inside that function. Buffers handed to the library have exactly the size the
-    contract gives them: under AddressSanitizer, a read or write past them is reported.
+    Each method calls one C function, named in CALLS, so a crash inside a method is a crash
+    inside that function. Buffers handed to the library have exactly the size the contract
+    gives them: under AddressSanitizer, a read or write past them is reported.
     """
+
+    # The adapter's operation -> the C function it calls (for messages naming the culprit).
+    CALLS: Mapping[str, str] = {
+        "load": "loading the library",
+        "block_hash": "tl_kv_block_hash",
+        "pool_create": "tl_kv_pool_create",
+        "pool_destroy": "tl_kv_pool_destroy",
+        "pool_dtype": "tl_kv_pool_dtype",
+        "free_blocks": "tl_kv_pool_free_blocks",
+        "write": "tl_kv_pool_write",
+        "read": "tl_kv_pool_read",
+        "find": "tl_kv_pool_find",
+        "release": "tl_kv_pool_release",
+        "export_bytes": "tl_kv_export_bytes",
+        "export": "tl_kv_export",
+        "import_envelope": "tl_kv_import",
+    }
 
     def __init__(self, path: str, statuses: Mapping[str, int]) -> None:
         self.lib = Library(path, statuses)
+        self.path = path
         self._pools: dict[int, _Pool] = {}
         self._next_id = 1
 
@@ -177,15 +197,15 @@ class Session:
         except KeyError:
             raise RuntimeError(f"no pool {pool_id} in this session") from None
 
-    def load(self) -> tuple[int, int]:
-        """What loading reports: the read and write version bitmasks."""
-        return self.lib.tl_kv_read_versions(), self.lib.tl_kv_write_versions()
+    def load(self) -> tuple[int, int, str]:
+        """What loading reports: the read and write version bitmasks, and the file loaded."""
+        return self.lib.tl_kv_read_versions(), self.lib.tl_kv_write_versions(), self.path
 
-    def tl_kv_block_hash(self, parent: int, tokens: list[int]) -> int:
+    def block_hash(self, parent: int, tokens: list[int]) -> int:
         toks = (c_uint32 * len(tokens))(*tokens)
         return self.lib.tl_kv_block_hash(parent, toks, len(tokens))
 
-    def tl_kv_pool_create(self, geometry: tuple[int, int, int, int], capacity: int) -> int:
+    def pool_create(self, geometry: tuple[int, int, int, int], capacity: int) -> int:
         pointer = self.lib.tl_kv_pool_create(*geometry, capacity)
         block_tokens, n_layers, n_kv_heads, head_dim = geometry
         pool_id = self._next_id
@@ -193,16 +213,21 @@ class Session:
         self._pools[pool_id] = _Pool(pointer, n_layers * 2 * n_kv_heads * block_tokens * head_dim)
         return pool_id
 
-    def tl_kv_pool_destroy(self, pool_id: int) -> None:
+    def pool_destroy(self, pool_id: int) -> None:
         self.lib.tl_kv_pool_destroy(self._pools.pop(pool_id).pointer)
 
-    def tl_kv_pool_dtype(self, pool_id: int) -> int:
-        return self.lib.tl_kv_pool_dtype(self._pool(pool_id).pointer)
+    def pool_dtype(self, pool_id: int) -> str:
+        code = self.lib.tl_kv_pool_dtype(self._pool(pool_id).pointer)
+        if code not in DTYPES:
+            raise ImplementationFault(
+                f"tl_kv_pool_dtype returned {code}, expected TL_F16 (1) or TL_F32 (0)"
+            )
+        return DTYPES[code]
 
-    def tl_kv_pool_free_blocks(self, pool_id: int) -> int:
+    def free_blocks(self, pool_id: int) -> int:
         return self.lib.tl_kv_pool_free_blocks(self._pool(pool_id).pointer)
 
-    def tl_kv_pool_write(self, pool_id: int, block_hash: int, n_tokens: int, kv: bytes) -> int:
+    def write(self, pool_id: int, block_hash: int, n_tokens: int, kv: bytes) -> int:
         pool = self._pool(pool_id)
         if len(kv) != 4 * pool.n_elements:
             raise ValueError(f"values of {len(kv)} bytes for blocks of {pool.n_elements} floats")
@@ -211,25 +236,25 @@ class Session:
         self.lib.tl_kv_pool_write(pool.pointer, block_hash, n_tokens, values, byref(block))
         return block.value
 
-    def tl_kv_pool_read(self, pool_id: int, block: int) -> tuple[int, int, bytes]:
+    def read(self, pool_id: int, block: int) -> tuple[int, int, bytes]:
         pool = self._pool(pool_id)
         values = (c_float * pool.n_elements)()
         block_hash, n_tokens = c_uint64(), c_uint32()
         self.lib.tl_kv_pool_read(pool.pointer, block, byref(block_hash), byref(n_tokens), values)
         return block_hash.value, n_tokens.value, bytes(values)
 
-    def tl_kv_pool_find(self, pool_id: int, block_hash: int) -> int:
+    def find(self, pool_id: int, block_hash: int) -> int:
         block = c_uint32()
         self.lib.tl_kv_pool_find(self._pool(pool_id).pointer, block_hash, byref(block))
         return block.value
 
-    def tl_kv_pool_release(self, pool_id: int, block: int) -> None:
+    def release(self, pool_id: int, block: int) -> None:
         self.lib.tl_kv_pool_release(self._pool(pool_id).pointer, block)
 
-    def tl_kv_export_bytes(self, pool_id: int, n_blocks: int, version: int) -> int:
+    def export_bytes(self, pool_id: int, n_blocks: int, version: int) -> int:
         return self.lib.tl_kv_export_bytes(self._pool(pool_id).pointer, n_blocks, version)
 
-    def tl_kv_export(self, pool_id: int, blocks: list[int], version: int, size: int) -> bytes:
+    def export(self, pool_id: int, blocks: list[int], version: int, size: int) -> bytes:
         ids = (c_uint32 * len(blocks))(*blocks)
         try:
             # One byte at least, so `out` is a real pointer when the size is 0 ("not written").
@@ -242,7 +267,7 @@ class Session:
         self.lib.tl_kv_export(self._pool(pool_id).pointer, ids, len(blocks), version, out, size)
         return bytes(out)[:size]
 
-    def tl_kv_import(self, pool_id: int, data: bytes, max_blocks: int) -> list[int]:
+    def import_envelope(self, pool_id: int, data: bytes, max_blocks: int) -> list[int]:
         env = (c_uint8 * len(data)).from_buffer_copy(data)
         room = max_blocks
         if room > _EXACT_BLOCKS_OUT:

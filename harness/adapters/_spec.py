@@ -7,24 +7,33 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import SuiteUsageError
+from ..oracle import Geometry
 
-REFERENCE_MODULE = "reference.pyref"
+REFERENCE_MODULE = "tlkv_conformance.references.pyref"
 
 ACCEPTED_FORMS = (
     "ref (the bundled Python reference)",
     "py:package.module",
     "ctypes:PATH.so[,status-profile=FILE.yaml]",
-    "grpc:HOST:PORT[,geometry=BxLxHxD]",
-    "any of them with ,name=NAME (the implementation's identity)",
+    "grpc:HOST:PORT[,shared]",
+    "any of them with ,geometry=BxLxHkvxD (the one pool geometry it serves) and ,name=NAME "
+    "(the implementation's identity)",
 )
 # `name` declares which implementation is behind a way in: --impl values of one name are one
 # implementation reached different ways, and the report calls out where they disagree.
 NAME_OPTION = "name"
+# `geometry` declares that the implementation serves pools of one geometry only: the suite
+# opens every pool at it, and runs the corpus re-targeted to it (docs/cases.md).
+GEOMETRY_OPTION = "geometry"
+# `shared` (gRPC): other clients use the server too, so its free-block count is not ours.
+SHARED_OPTION = "shared"
+_COMMON = frozenset({NAME_OPTION, GEOMETRY_OPTION})
 _OPTION_KEYS = {
-    "py": frozenset({NAME_OPTION}),
-    "ctypes": frozenset({"status-profile", NAME_OPTION}),
-    "grpc": frozenset({"geometry", NAME_OPTION}),
+    "py": _COMMON,
+    "ctypes": _COMMON | {"status-profile"},
+    "grpc": _COMMON | {SHARED_OPTION},
 }
+_FLAGS = frozenset({SHARED_OPTION})  # options given without a value
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 
@@ -37,6 +46,7 @@ class ImplSpec:
     kind: str
     target: str
     options: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    geometry: Geometry | None = field(default=None, hash=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -76,6 +86,9 @@ def parse_impl(text: str) -> ImplSpec:
     options: dict[str, str] = {}
     for option in option_texts:
         key, eq, value = option.partition("=")
+        if not eq and key in _FLAGS & _OPTION_KEYS[kind]:
+            options[key] = "yes"
+            continue
         if not eq or key not in _OPTION_KEYS[kind]:
             allowed = ", ".join(sorted(_OPTION_KEYS[kind])) or "none"
             raise _usage(text, f"unknown option {option!r} (options for {kind}: {allowed})")
@@ -90,4 +103,10 @@ def parse_impl(text: str) -> ImplSpec:
         match = _HOST_PORT.match(target)
         if not match or not 0 < int(match.group(2)) < 65536:
             raise _usage(text, f"{target!r} is not HOST:PORT")
-    return ImplSpec(text, kind, target, options)
+    geometry = None
+    if GEOMETRY_OPTION in options:
+        try:
+            geometry = Geometry.parse(options[GEOMETRY_OPTION])
+        except ValueError as exc:
+            raise _usage(text, str(exc)) from None
+    return ImplSpec(text, kind, target, options, geometry)

@@ -1,21 +1,27 @@
-"""Running a C library in a worker process, so that a crash or a hang fails one case.
+"""Running an implementation in a worker process, so that a crash, an exit or a hang fails one
+case and the run goes on. Both C libraries (`_ffi.Session`) and Python modules
+(`_pysession.Session`) run this way.
 
 Why a plain subprocess speaking pickles over two pipes, rather than multiprocessing:
 - the worker must start with its own environment (LD_PRELOAD of a sanitizer runtime,
   ASAN_OPTIONS, PYTHONMALLOC): the dynamic loader reads them at exec time, and multiprocessing's
   spawn/forkserver contexts take the parent's os.environ as it is;
-- the worker must not re-import pytest's __main__ or the harness (numpy): run as a script that
-  imports only `_ffi`, it starts in ~30 ms, which matters when it restarts after every crash;
+- the worker must not re-import pytest's __main__ or the whole suite: run as a script that loads
+  only its session module, a C worker starts in ~30 ms, which matters when it restarts after
+  every crash;
 - its stdout and stderr go to a file of ours, where a crash or a sanitizer report is read back,
   while the protocol uses pipes of its own that a library's printf cannot corrupt;
-- `poll` on the reply pipe gives the per-call timeout, and `waitpid` the signal that killed it.
+- the worker leads its own process group, so it is killed with any children it forked, and its
+  death is seen on a pidfd (not as the end of a pipe a forked child may still hold open);
+- `poll` on the reply pipe gives the per-call timeout, `waitpid` the signal that killed it.
 
-A message is a 4-byte little-endian length and a pickle. A request is (op, args); op names the
-one C function a `_ffi.Session` method calls (or "load"). A reply is (kind, value).
+A message is a 4-byte little-endian length and a pickle. A request is (op, args); op names a
+Session method (or "load"). A reply is (kind, value).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import re
@@ -26,25 +32,52 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-# Absolute: in the worker, this file is no part of a package (PYTHONPATH has the root).
-from harness.errors import ImplementationFault, Refused, SuiteUsageError
+
+def _load_file(name: str, path: Path) -> Any:
+    """A module of this package loaded from its file alone, as `name` (the worker has no
+    package around it, and must not import the whole suite)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+if __package__:
+    from ..errors import ImplementationFault, Refused, SuiteUsageError
+else:  # the worker: this file run on its own
+    _errors = _load_file("tlkv_worker_errors", Path(__file__).resolve().parent.parent / "errors.py")
+    ImplementationFault, Refused, SuiteUsageError = (
+        _errors.ImplementationFault,
+        _errors.Refused,
+        _errors.SuiteUsageError,
+    )
 
 _LENGTH = struct.Struct("<I")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 OK, REFUSED, FAULT, USAGE, BUG = range(5)
 LOAD = "load"
-# Loading runs the library's constructors and, under a sanitizer, its runtime's start-up; it
-# gets at least this long whatever the per-call timeout.
+# Loading runs the library's constructors (or the module's import) and, under a sanitizer, its
+# runtime's start-up; it gets at least this long whatever the per-call timeout.
 STARTUP_TIMEOUT = 30.0
 _EXIT_WAIT = 5.0  # seconds to wait for a worker that closed its pipe to be reaped
 _OUTPUT_LIMIT = 16_000  # characters of a crash's output quoted in a failure message
-# The worker is `python -c _BOOTSTRAP THIS_FILE FD_IN FD_OUT PARENT_PID`. Not `python THIS_FILE`:
-# that puts this directory first on sys.path, where _ctypes.py shadows the C module `import
-# ctypes` needs. -c puts the current directory ("") there instead, which is taken out.
+# An operation that hung this many times in a row, or crashed this many times in a row, is not
+# called again in the run: each further case fails at once, saying so, instead of waiting out
+# another timeout or restart (a broken engine's gate ends in about the time of a passing one).
+HANGS_BEFORE_QUARANTINE = 2
+CRASHES_BEFORE_QUARANTINE = 3
+# The worker is `python -c _BOOTSTRAP THIS_FILE ...`. Not `python THIS_FILE`: that puts this
+# directory first on sys.path, where _ctypes.py shadows the C module `import ctypes` needs. -c
+# puts the current directory ("") there instead, which is taken out.
 _BOOTSTRAP = (
     "import runpy, sys\n"
     "if sys.path[:1] == ['']: del sys.path[0]\n"
@@ -55,21 +88,8 @@ _BOOTSTRAP = (
 # -- the worker side ---------------------------------------------------------------------------
 
 
-def _load_ffi() -> Any:
-    """_ffi.py, the file next to this one, without the package around it (and its numpy)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tlkv_ffi", Path(__file__).with_name("_ffi.py"))
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def _serve(fd_in: int, fd_out: int) -> None:
-    Session = _load_ffi().Session
+def _serve(fd_in: int, fd_out: int, session_file: str) -> None:
+    Session = _load_file("tlkv_worker_session", Path(session_file)).Session
     session: Any = None
     # Buffered, so a request's length and body usually arrive in one read.
     reader = open(fd_in, "rb", buffering=1 << 16)  # noqa: SIM115 - lives as long as the worker
@@ -90,6 +110,8 @@ def _serve(fd_in: int, fd_out: int) -> None:
             reply = (FAULT, str(exc))
         except SuiteUsageError as exc:
             reply = (USAGE, str(exc))
+        except SystemExit as exc:  # a Python module calling sys.exit() in a call
+            reply = (FAULT, f"raised SystemExit({exc.code!r}) in {Session.CALLS.get(op, op)}")
         except Exception as exc:
             import traceback
 
@@ -110,16 +132,18 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _worker_main(argv: list[str]) -> None:
-    fd_in, fd_out, parent = (int(a) for a in argv)
+    fd_in, fd_out, parent, memory = (int(a) for a in argv[:4])
     _die_with_parent(parent)
     try:
         import resource
 
         # A crash must not stall for seconds writing a core file: the parent is waiting.
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if memory:  # an implementation that allocates without bound fails its case, not the host
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     except (ImportError, ValueError, OSError):
         pass
-    _serve(fd_in, fd_out)
+    _serve(fd_in, fd_out, argv[4])
 
 
 # -- the parent side ---------------------------------------------------------------------------
@@ -132,7 +156,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class _Gone(Exception):
-    """The worker closed its pipe: it died."""
+    """The worker died."""
 
 
 class _TimedOut(Exception):
@@ -189,8 +213,16 @@ def _tail(output: str, lines: int = 20) -> str:
     return "\n".join(output.strip().splitlines()[-lines:])[-_OUTPUT_LIMIT:]
 
 
+def _pidfd(pid: int) -> int:
+    """A file descriptor that becomes readable when `pid` exits (-1 where there is none)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
+
+
 class WorkerChannel:
-    """Calls into a library loaded in a worker process; restarts the worker after it dies.
+    """Calls into a Session living in a worker process; restarts the worker after it dies.
 
     `generation` counts workers lost: a pool created in an earlier generation is gone, and
     `loss` says how it went.
@@ -198,36 +230,42 @@ class WorkerChannel:
 
     def __init__(
         self,
-        library: str,
-        statuses: Mapping[str, int],
+        session_file: Path,
+        load_args: Sequence[Any],
+        calls: Mapping[str, str],
         call_timeout: float,
         env: Mapping[str, str] | None = None,
+        memory_limit: int = 0,
     ) -> None:
-        self.library = library
-        self.statuses = dict(statuses)
+        self.session_file = Path(session_file).resolve()
+        self.load_args = tuple(load_args)
+        self.calls = dict(calls)
         self.call_timeout = call_timeout
         self.env = {**os.environ, **(env or {})}
+        self.memory_limit = memory_limit
         self.generation = 0
         self.loss = ""
         self._proc: subprocess.Popen[bytes] | None = None
-        self._wfd = self._rfd = -1
+        self._wfd = self._rfd = self._pidfd = -1
         self._log: Any = None
         self._poll = select.poll()
+        self._faults: dict[str, list[str]] = {}  # op -> how its last consecutive calls ended
+        self._quarantined: dict[str, str] = {}  # op -> why it is not called any more
 
-    def open(self) -> tuple[int, int]:
-        """Start the worker and load the library; its (read, write) version masks."""
+    def open(self) -> tuple[int, int, str]:
+        """Start the worker and load the implementation: its (read, write) version masks and
+        the file it was loaded from."""
         return self._start()
 
-    def _start(self) -> tuple[int, int]:
+    def _start(self) -> tuple[int, int, str]:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         # Its stdout and stderr, read back after a crash; gone when closed.
         self._log = tempfile.TemporaryFile(prefix="tlkv-worker-")  # noqa: SIM115
         script = Path(__file__).resolve()
-        root = script.parents[2]
-        pythonpath = self.env.get("PYTHONPATH", "")
         command = [sys.executable, "-c", _BOOTSTRAP, str(script)]
-        command += [str(request_r), str(reply_w), str(os.getpid())]
+        command += [str(request_r), str(reply_w), str(os.getpid()), str(self.memory_limit)]
+        command.append(str(self.session_file))
         try:
             self._proc = subprocess.Popen(
                 command,
@@ -235,38 +273,63 @@ class WorkerChannel:
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=self._log,
-                env={
-                    **self.env,
-                    "PYTHONPATH": os.pathsep.join(filter(None, (str(root), pythonpath))),
-                },
-                # Its own session: a Ctrl-C in the terminal is pytest's to handle, not the
-                # worker's (which would look like a crash of the library).
+                env=self.env,
+                # Its own session and process group: a Ctrl-C in the terminal is pytest's to
+                # handle, not the worker's, and killing the group takes any children it forked.
                 start_new_session=True,
             )
         finally:
             os.close(request_r)
             os.close(reply_w)
         self._wfd, self._rfd = request_w, reply_r
+        self._pidfd = _pidfd(self._proc.pid)
         self._poll = select.poll()
         self._poll.register(reply_r, select.POLLIN)
+        if self._pidfd >= 0:
+            self._poll.register(self._pidfd, select.POLLIN)
         timeout = max(self.call_timeout, STARTUP_TIMEOUT)
-        return self._call(LOAD, (self.library, self.statuses), timeout, "while loading")
+        return self._call(LOAD, self.load_args, timeout, "while loading")
 
     def call(self, op: str, *args: Any) -> Any:
         """Run `Session.<op>(*args)` in the worker (starting one if none is running)."""
+        where = f"in {self.calls.get(op, op)}"
+        if op in self._quarantined:
+            raise ImplementationFault(f"not called {where}: {self._quarantined[op]}")
         if self._proc is None:
             self._start()
-        return self._call(op, args, self.call_timeout, f"in {op}")
+        try:
+            result = self._call(op, args, self.call_timeout, where)
+        except ImplementationFault as fault:
+            if self.generation_lost_in_call:
+                self._count_fault(op, where, str(fault).splitlines()[0])
+            raise
+        self._faults.pop(op, None)
+        return result
 
-    def _call(self, op: str, args: tuple[Any, ...], timeout: float, where: str) -> Any:
-        payload = pickle.dumps((op, args), protocol=_PROTOCOL)
+    generation_lost_in_call = False
+
+    def _count_fault(self, op: str, where: str, how: str) -> None:
+        history = self._faults.setdefault(op, [])
+        history.append(how)
+        timeouts = sum(1 for h in history if h.startswith("timed out"))
+        if timeouts >= HANGS_BEFORE_QUARANTINE or len(history) >= CRASHES_BEFORE_QUARANTINE:
+            self._quarantined[op] = (
+                f"it failed on each of its last {len(history)} calls ({'; '.join(history)}), "
+                "so it is not called again in this run"
+            )
+
+    def _call(self, op: str, args: Sequence[Any], timeout: float, where: str) -> Any:
+        self.generation_lost_in_call = False
+        payload = pickle.dumps((op, tuple(args)), protocol=_PROTOCOL)
         mark = os.fstat(self._log.fileno()).st_size  # output from here on is this call's
         try:
             _write_all(self._wfd, _LENGTH.pack(len(payload)) + payload)
             kind, value = self._receive(timeout)
         except (_Gone, BrokenPipeError):
+            self.generation_lost_in_call = True
             raise self._lost(where, mark) from None
         except _TimedOut:
+            self.generation_lost_in_call = True
             self._stop(kill=True)
             self._forget(f"was killed (timed out {where})")
             raise ImplementationFault(f"timed out after {timeout:g} s {where}") from None
@@ -282,15 +345,19 @@ class WorkerChannel:
             raise ImplementationFault(value)
         if kind == USAGE:
             raise SuiteUsageError(value)
-        raise RuntimeError(f"the ctypes worker failed {where} (a bug of the suite):\n{value}")
+        raise RuntimeError(f"the worker failed {where} (a bug of the suite):\n{value}")
 
     def _receive(self, timeout: float) -> tuple[int, Any]:
         deadline = time.monotonic() + timeout
         buffer = bytearray()
         need = _LENGTH.size
         while True:
-            if not self._poll.poll(max(0.0, deadline - time.monotonic()) * 1000):
+            events = self._poll.poll(max(0.0, deadline - time.monotonic()) * 1000)
+            if not events:
                 raise _TimedOut
+            readable = {fd for fd, _ in events}
+            if self._rfd not in readable:  # only the pidfd: the worker is gone, no reply came
+                raise _Gone
             chunk = os.read(self._rfd, max(need - len(buffer), 1 << 16))
             if not chunk:
                 raise _Gone
@@ -304,11 +371,10 @@ class WorkerChannel:
         """The worker died during a call: reap it and describe how."""
         proc = self._proc
         assert proc is not None
-        try:
-            code = proc.wait(_EXIT_WAIT)
-        except subprocess.TimeoutExpired:  # closed its pipe but lives on: make sure
-            proc.kill()
-            code = proc.wait()
+        if not _exited(proc, self._pidfd, _EXIT_WAIT):  # closed its pipe but lives on
+            _kill_group(proc)
+        _kill_group(proc)  # what it forked dies with it
+        code = proc.wait()
         output = self._output(mark)
         self._stop(kill=False)
         how = f"crashed with {_signal_name(-code)}" if code < 0 else f"exited with status {code}"
@@ -332,18 +398,22 @@ class WorkerChannel:
 
     def _stop(self, kill: bool) -> None:
         proc, self._proc = self._proc, None
+        pidfd = self._pidfd
         for fd in (self._wfd, self._rfd):
             if fd >= 0:
                 os.close(fd)
-        self._wfd = self._rfd = -1
+        self._wfd = self._rfd = self._pidfd = -1
         if proc is not None:
             if kill:
-                proc.kill()
-            try:
-                proc.wait(_EXIT_WAIT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                _kill_group(proc)
+            # Wait for it to end (seeing EOF on its requests) without reaping it, so its pid
+            # still names its group; then kill whatever it forked and left behind, and reap.
+            if not _exited(proc, pidfd, _EXIT_WAIT):
+                _kill_group(proc)
+            _kill_group(proc)
+            proc.wait()
+        if pidfd >= 0:
+            os.close(pidfd)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -351,6 +421,32 @@ class WorkerChannel:
     def close(self) -> None:
         """Let the worker see the end of its requests and exit (killed if it lingers)."""
         self._stop(kill=False)
+
+
+def _exited(proc: subprocess.Popen[bytes], pidfd: int, timeout: float) -> bool:
+    """Wait up to `timeout` for the worker to exit, without reaping it (its pid, which names
+    its process group, stays reserved until then)."""
+    if proc.returncode is not None:
+        return True
+    if pidfd >= 0:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        return bool(poller.poll(timeout * 1000))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's process group: the worker and whatever it forked. Only before the
+    worker is reaped: after that its pid may name another process."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":  # started by WorkerChannel through _BOOTSTRAP

@@ -1,8 +1,8 @@
 """YAML conformance cases: the file format (case-schema.yaml, docs/cases.md), loading, kinds."""
 
-from ._kinds import KINDS, Case, CaseOrigin, RejectCase, check_imported
 from ._loader import CaseFile, CaseFileError, build_generated_case, load_case_file
 from ._sources import CaseDataError, EnvelopeResolver, mutate, plan_blocks, tokens_of
+from .kinds import KINDS, Case, CaseOrigin, RejectCase, check_imported
 
 __all__ = [
     "KINDS",

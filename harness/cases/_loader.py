@@ -13,8 +13,8 @@ import yaml
 
 from ..requirements import level_of, unknown_ids
 from ..yamlsource import LineDict, YamlSourceError, line_of, load_yaml
-from ._kinds import KINDS, Case, CaseOrigin, FileContext
 from ._sources import CaseDataError, EnvelopeResolver
+from .kinds import KINDS, Case, CaseOrigin, FileContext
 
 SCHEMA_FILE = Path(__file__).with_name("case-schema.yaml")
 

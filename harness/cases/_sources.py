@@ -13,9 +13,10 @@ import numpy as np
 
 from .. import oracle
 from ..errors import CorruptedGoldenFile
-from ..golden import ManifestError, listed_entry
+from ..golden import ManifestError, listed_entry, read_regular_file
 from ..values import make_values, pcg64_raw
 
+MAX_UNLISTED_BLOB = 64 << 20  # a blob no manifest describes: at most this many bytes
 DEFAULT_VALUES = {"pcg64": {"seed": 1, "low": -2.0, "high": 2.0}}
 
 
@@ -100,9 +101,13 @@ class BuiltEnvelope:
 class EnvelopeResolver:
     """Resolves envelope references of one case file: names, builds, hex, golden blobs."""
 
-    def __init__(self, named: Mapping[str, Any], root: Path) -> None:
+    def __init__(
+        self, named: Mapping[str, Any], root: Path, golden_roots: Sequence[Path] = ()
+    ) -> None:
         self._named = named
         self._root = root
+        # Where a `golden:` blob may lie: the corpus's parity/ and the roots a user declared.
+        self._golden_roots = [p.resolve() for p in (root / "parity", *golden_roots)]
         self._cache: dict[str, BuiltEnvelope] = {}
 
     def resolve(self, raw: Any) -> BuiltEnvelope:
@@ -126,12 +131,28 @@ class EnvelopeResolver:
             raise CaseDataError(f"cannot build the envelope: {exc}") from None
         return BuiltEnvelope(data, geometry, build["version"], tuple(blocks))
 
+    def golden_path(self, relative: str) -> Path:
+        """Where `golden: PATH` points: relative to the corpus root or to a declared parity
+        root, and inside one of the parity roots (no absolute paths, no ../ out of them)."""
+        if Path(relative).is_absolute():
+            raise CaseDataError(f"golden file {relative}: give a path relative to a parity root")
+        for base in (self._root, *self._golden_roots[1:]):
+            path = (base / relative).resolve()
+            if any(path.is_relative_to(r) for r in self._golden_roots) and path.exists():
+                return path
+        roots = ", ".join(str(r) for r in self._golden_roots)
+        raise CaseDataError(
+            f"golden file {relative}: no such file inside the parity roots ({roots})"
+        )
+
     def golden_bytes(self, relative: str) -> bytes:
         """A blob's bytes; one listed in its folder's manifest is checked against it first."""
-        path = self._root / relative
+        path = self.golden_path(relative)
         try:
             entry = listed_entry(path, display_root=self._root)
-            return path.read_bytes() if entry is None else entry.blob_bytes()
+            if entry is None:
+                return read_regular_file(path, MAX_UNLISTED_BLOB)
+            return entry.blob_bytes()
         except (CorruptedGoldenFile, ManifestError) as exc:
             raise CaseDataError(str(exc)) from None
         except OSError as exc:

@@ -1,4 +1,4 @@
-# Regenerate with `python -m generators.gen_grpc_stubs` from harness/proto.
+# Regenerate with `python -m tlkv_conformance.generators.gen_grpc_stubs`.
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

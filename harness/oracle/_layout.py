@@ -115,3 +115,21 @@ class Geometry:
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in GEOMETRY_FIELDS}
+
+    def __str__(self) -> str:
+        """B x L x Hkv x D, as --impl ...,geometry= takes it: 16x32x8x128."""
+        return "x".join(str(getattr(self, name)) for name in GEOMETRY_FIELDS)
+
+    @classmethod
+    def parse(cls, text: str) -> Geometry:
+        """`BxLxHkvxD` -> Geometry (ValueError with the text quoted)."""
+        parts = text.lower().split("x")
+        try:
+            if len(parts) != 4:
+                raise ValueError
+            return cls(*(int(p) for p in parts))
+        except ValueError:
+            raise ValueError(
+                f"geometry {text!r} is not BxLxHkvxD (block_tokens x n_layers x n_kv_heads x "
+                "head_dim, each a positive integer), e.g. 16x32x8x128"
+            ) from None

@@ -88,7 +88,9 @@ def build_library(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reference.clib.build", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tlkv_conformance.references.clib.build", description=__doc__
+    )
     parser.add_argument("out_dir", type=pathlib.Path)
     parser.add_argument("--variant", choices=sorted(VARIANTS), default="default")
     parser.add_argument("--sanitize", action="store_true")

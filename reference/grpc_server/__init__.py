@@ -1,7 +1,8 @@
-"""The reference decode server of tl.kv.v1: `python -m reference.grpc_server --help`.
+"""The reference decode server of tl.kv.v1:
+`python -m tlkv_conformance.references.grpc_server --help`.
 
-A real gRPC server over one pool of a backend module with the Python testee protocol
-(reference.pyref by default). docs/grpc.md describes the service and the decisions it makes
+A real gRPC server over one pool of a backend module with the Python testee protocol (the pyref
+module beside it by default). docs/grpc.md describes the service and the decisions it makes
 where the spec is silent. It never imports the suite (harness/).
 """
 

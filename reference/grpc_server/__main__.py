@@ -19,7 +19,10 @@ import grpc
 from . import _messages
 from ._service import FAULTS, RECEIVE_LIMIT, KvTransferServer, method_handlers
 
-DEFAULT_BACKEND = "py:reference.pyref"
+# The Python reference beside this server's package (a patched copy serves its own copy).
+DEFAULT_BACKEND = (
+    f"py:{(__package__ or 'tlkv_conformance.references.grpc_server').rpartition('.')[0]}.pyref"
+)
 
 
 def _versions(text: str) -> frozenset[int]:
@@ -44,7 +47,7 @@ def _positive(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m reference.grpc_server",
+        prog=f"python -m {__package__ or 'tlkv_conformance.references.grpc_server'}",
         description="The reference tl.kv.v1 decode server (docs/grpc.md).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -2,8 +2,8 @@
 
 Written from the spec and the contract alone: it shares no code with the suite (harness/), so a
 mistake in one is caught by the other. The backend is a module with the Python testee protocol
-(reference.pyref by default); its `Pool.import_envelope` applies the reader rules, this module
-applies the transfer's own rules around it.
+(the pyref module beside it by default); its `Pool.import_envelope` applies the reader rules,
+this module applies the transfer's own rules around it.
 """
 
 from __future__ import annotations

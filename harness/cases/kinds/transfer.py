@@ -19,14 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import oracle
-from ..adapters import ReadBack
-from ..checks import CaseFailure, ValueSource, compare_readback
-from ..errors import NotObservable, Refused
-from ..testee import Testee
-from ..values import make_values
-from ._kinds import Case, FileContext
-from ._sources import CaseDataError, EnvelopeResolver, geometry_of, mutate
+from ... import oracle
+from ...adapters import ReadBack
+from ...checks import CaseFailure, ValueSource, compare_readback
+from ...errors import NotObservable, Refused
+from ...testee import Testee
+from ...values import make_values
+from .._sources import CaseDataError, EnvelopeResolver, geometry_of, mutate
+from ._base import Case, FileContext
 
 MAX_PAYLOAD = 4 * 1024 * 1024
 DEFAULT_VALUES = {"pcg64": {"seed": 11, "low": -4.0, "high": 4.0}}
@@ -344,7 +344,7 @@ class _Run:
         self.prompt = prompt
 
     def prefill_chunks(self, held: Sequence[bool], upto: int | None = None) -> list[Any]:
-        from ..adapters._grpc import Chunk  # grpcio is imported only when a transfer runs
+        from ...adapters._grpc import Chunk  # grpcio is imported only when a transfer runs
 
         prompt = self.prompt
         request_id = self.adapter.new_request_id()
@@ -394,7 +394,7 @@ class _Run:
             )
 
     def free_blocks(self) -> int | None:
-        if not self.adapter.has_info:
+        if not self.adapter.has_info or self.adapter.shared:
             return None
         return self.adapter.server_info().free_blocks
 

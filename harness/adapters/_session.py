@@ -1,0 +1,198 @@
+"""Pools and adapters over a Session (`_ffi.Session` for a C library, `_pysession.Session` for a
+Python module), reached through a channel: a worker process (the default) or this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..errors import ImplementationFault, NotObservable, Refused, SuiteUsageError
+from ..oracle import Geometry
+from ._base import Adapter, ImplInfo, PoolHandle, ReadBack
+from ._spec import ImplSpec
+from ._worker import WorkerChannel
+
+ISOLATIONS = ("worker", "inprocess")
+# The probe pool an unrestricted implementation describes itself with.
+PROBE_GEOMETRY = Geometry(1, 1, 1, 1)
+
+
+class Channel(Protocol):
+    """How the adapter reaches a Session: in a worker process, or in this one."""
+
+    generation: int  # bumped each time a worker (and every pool in it) is lost
+    loss: str  # how the last one was lost
+
+    def open(self) -> tuple[int, int, str]: ...
+
+    def call(self, op: str, *args: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class InProcessChannel:
+    """Calls the Session in the pytest process: no isolation, no timeout; for debuggers. Not a
+    gate: an implementation that exits the process ends the run (docs/report.md)."""
+
+    generation = 0
+    loss = ""
+
+    def __init__(self, session_class: Any, load_args: tuple[Any, ...]) -> None:
+        self._session_class = session_class
+        self._load_args = load_args
+        self._session: Any = None
+
+    def open(self) -> tuple[int, int, str]:
+        self._session = self._session_class(*self._load_args)
+        return self._session.load()
+
+    def call(self, op: str, *args: Any) -> Any:
+        return getattr(self._session, op)(*args)
+
+    def close(self) -> None:
+        self._session = None
+
+
+def open_channel(
+    session_module: Any, load_args: tuple[Any, ...], settings: Any, env: dict[str, str]
+) -> Channel:
+    """A channel to a Session of `session_module` (isolated unless settings say inprocess)."""
+    if settings.isolation not in ISOLATIONS:
+        raise SuiteUsageError(
+            f"isolation {settings.isolation!r}: expected {' or '.join(ISOLATIONS)}"
+        )
+    if settings.isolation == "inprocess":
+        return InProcessChannel(session_module.Session, load_args)
+    return WorkerChannel(
+        Path(session_module.__file__),
+        load_args,
+        session_module.Session.CALLS,
+        settings.call_timeout,
+        env,
+        settings.worker_memory if not env.get("LD_PRELOAD") else 0,
+    )
+
+
+class SessionPool(PoolHandle):
+    """A pool living wherever the channel's Session does, named by its integer id there."""
+
+    def __init__(self, channel: Channel, geometry: Geometry, capacity: int) -> None:
+        super().__init__(geometry, capacity)
+        self._channel = channel
+        self._id: int = channel.call(
+            "pool_create",
+            (geometry.block_tokens, geometry.n_layers, geometry.n_kv_heads, geometry.head_dim),
+            capacity,
+        )
+        self._generation = channel.generation
+        self._dtype: str | None = None
+        self._closed = False
+
+    def _call(self, op: str, *args: Any) -> Any:
+        if self._channel.generation != self._generation:
+            raise ImplementationFault(f"pool lost when the worker {self._channel.loss}")
+        return self._channel.call(op, self._id, *args)
+
+    @property
+    def dtype(self) -> str:
+        if self._dtype is None:
+            self._dtype = self._call("pool_dtype")
+        return self._dtype
+
+    def free_blocks(self) -> int:
+        return self._call("free_blocks")
+
+    def write(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int:
+        kv = np.ascontiguousarray(values, dtype="<f4")
+        if kv.size != self.geometry.n_elements:  # the library reads exactly this many floats
+            raise ValueError(f"values of shape {kv.shape}, expected {self.geometry.values_shape}")
+        return self._call("write", block_hash, n_tokens, kv.tobytes())
+
+    def read(self, block: int) -> ReadBack:
+        block_hash, n_tokens, raw = self._call("read", block)
+        values = np.frombuffer(raw, dtype="<f4").reshape(self.geometry.values_shape)
+        return ReadBack(block_hash, n_tokens, values.astype(np.float32))
+
+    def find(self, block_hash: int) -> int:
+        return self._call("find", block_hash)
+
+    def release(self, block: int) -> None:
+        self._call("release", block)
+
+    def export_bytes(self, n_blocks: int, version: int) -> int:
+        return self._call("export_bytes", n_blocks, version)
+
+    def export(self, blocks: list[int], version: int) -> bytes:
+        # Two calls, so a crash is attributed to the right function; `out` gets exactly the
+        # size the implementation asked for.
+        size = self.export_bytes(len(blocks), version)
+        return self._call("export", list(blocks), version, size)
+
+    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
+        return self._call("import_envelope", bytes(data), max_blocks)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # A pool lost with its worker has nothing left to destroy, and saying so again here
+        # would hide the crash that lost it.
+        if self._channel.generation == self._generation:
+            self._channel.call("pool_destroy", self._id)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        with contextlib.suppress(ImplementationFault, Refused):  # the error on its way out
+            self.close()  # says more than one in cleaning up after it
+
+
+def _versions(mask: int) -> frozenset[int]:
+    return frozenset(v for v in range(32) if mask >> v & 1)
+
+
+class SessionAdapter(Adapter):
+    """An implementation reached through a Session; subclasses say how to connect."""
+
+    def __init__(self, spec: ImplSpec, channel: Channel, geometry: Geometry | None) -> None:
+        super().__init__(spec.label)
+        self.geometry = geometry
+        self._channel: Channel | None = channel
+        try:
+            reads, writes, origin = channel.open()
+        except ImplementationFault as exc:
+            channel.close()
+            raise SuiteUsageError(f"--impl {spec.label}: loading it: {exc}") from None
+        except SuiteUsageError as exc:
+            channel.close()
+            raise SuiteUsageError(f"--impl {spec.label}: {exc}") from None
+        except BaseException:
+            channel.close()
+            raise
+        self._reads, self._writes = _versions(reads), _versions(writes)
+        self.origin = Path(origin) if origin else None  # the library or module file loaded
+
+    def info(self) -> ImplInfo:
+        with self.open_pool(self.geometry or PROBE_GEOMETRY, 1) as probe:
+            dtype = probe.dtype
+        return ImplInfo(read_versions=self._reads, write_versions=self._writes, pool_dtype=dtype)
+
+    def block_hash(self, parent: int, tokens: list[int]) -> int:
+        assert self._channel is not None
+        return self._channel.call("block_hash", parent, list(tokens))
+
+    def open_pool(self, geometry: Geometry, capacity: int) -> SessionPool:
+        assert self._channel is not None
+        if self.geometry is not None and geometry != self.geometry:
+            raise NotObservable(self.other_geometry(geometry))
+        return SessionPool(self._channel, geometry, capacity)
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None

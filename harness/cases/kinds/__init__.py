@@ -1,0 +1,43 @@
+"""The kinds of case, one module each: what a case declares, what the oracle confirms when it
+is built, how it runs against a testee. `KINDS` maps each YAML `kind:` to its class."""
+
+from typing import Any
+
+from ._base import Case, CaseOrigin, FileContext, check_imported
+from .export import ExportCase
+from .hashing import HashCase, HashSequenceCase
+from .importing import ImportCase
+from .pool import PoolCase
+from .reject import RejectCase
+from .roundtrip import RoundtripCase
+from .transfer import TransferCase
+
+KINDS: dict[str, Any] = {
+    cls.kind: cls
+    for cls in (
+        HashCase,
+        HashSequenceCase,
+        ExportCase,
+        ImportCase,
+        RejectCase,
+        RoundtripCase,
+        PoolCase,
+        TransferCase,
+    )
+}
+
+__all__ = [
+    "KINDS",
+    "Case",
+    "CaseOrigin",
+    "ExportCase",
+    "FileContext",
+    "HashCase",
+    "HashSequenceCase",
+    "ImportCase",
+    "PoolCase",
+    "RejectCase",
+    "RoundtripCase",
+    "TransferCase",
+    "check_imported",
+]

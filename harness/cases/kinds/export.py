@@ -1,0 +1,99 @@
+"""The `export` kind: write blocks, export them, compare with the oracle's envelope."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ... import oracle
+from ...adapters import Capability
+from ...checks import (
+    CaseFailure,
+    compare_envelopes,
+)
+from ...diff import envelope_diff
+from ...testee import Testee
+from .._sources import (
+    BlockPlan,
+    CaseDataError,
+    geometry_of,
+    plan_blocks,
+)
+from ._base import (
+    Case,
+    FileContext,
+    given_bytes,
+    indent,
+    needs,
+    needs_write,
+    v2_level_for,
+    write_all,
+)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ExportCase(Case):
+    kind = "export"
+    markers = ("writer",)
+
+    geometry: oracle.Geometry
+    version: int
+    history: tuple[BlockPlan, ...]
+    blocks: tuple[BlockPlan, ...]
+    expected: bytes
+    v2_level: str | None
+
+    @classmethod
+    def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
+        geometry, version = geometry_of(raw["geometry"]), raw["version"]
+        blocks = plan_blocks(geometry, raw["blocks"])
+        history = plan_blocks(geometry, raw.get("history", []), salt=500)
+        try:
+            computed = oracle.encode(geometry, [b.as_oracle_block() for b in blocks], version)
+        except ValueError as exc:
+            raise CaseDataError(str(exc)) from None
+        expected = given_bytes(raw.get("expect"), ctx)
+        if expected is not None and expected != computed:
+            raise CaseDataError(
+                "the expected bytes differ from the oracle's encoding of these blocks:\n"
+                + indent(envelope_diff(computed, expected))
+            )
+        return [
+            cls(
+                **common,
+                geometry=geometry,
+                version=version,
+                history=tuple(history),
+                blocks=tuple(blocks),
+                expected=computed,
+                v2_level=raw.get("v2_level"),
+            )
+        ]
+
+    def item_markers(self) -> tuple[str, ...]:
+        return (*self.markers, f"v{self.version}")
+
+    def skip_reason(self, testee: Testee) -> str | None:
+        return needs(testee, Capability.POOL, Capability.EXPORT) or needs_write(
+            testee, self.version
+        )
+
+    def run(self, testee: Testee) -> None:
+        capacity = max(len(self.blocks), len(self.history), 1)
+        with testee.adapter.open_pool(self.geometry, capacity) as pool:
+            for block in write_all(pool, list(self.history), "history"):
+                pool.release(block)
+            ids = write_all(pool, list(self.blocks), "writing")
+            size = pool.export_bytes(len(ids), self.version)
+            if size != len(self.expected):
+                raise CaseFailure(
+                    f"export_bytes({len(ids)}, v{self.version}) = {size}, expected "
+                    f"{len(self.expected)} (28 + n * (12 + P) + 4)"
+                )
+            data = pool.export(ids, self.version)
+            compare_envelopes(
+                self.expected,
+                data,
+                v2_level_for(self.v2_level, testee) if self.version == 2 else "strict",
+            )

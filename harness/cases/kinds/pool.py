@@ -1,0 +1,229 @@
+"""The `pool` kind: a script of pool operations, each with its expectation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ... import oracle
+from ...adapters import Capability, PoolHandle
+from ...checks import (
+    CaseFailure,
+    compare_envelopes,
+    compare_readback,
+    in_pool_precision,
+    refused_with,
+)
+from ...errors import Refused
+from ...testee import Testee
+from .._sources import (
+    BlockPlan,
+    CaseDataError,
+    geometry_of,
+    plan_blocks,
+)
+from ._base import (
+    V1_ONLY,
+    Case,
+    FileContext,
+    needs,
+    needs_write,
+)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PoolCase(Case):
+    """A script of pool operations, each with its expectation."""
+
+    kind = "pool"
+    markers = ("pool",)
+
+    geometry: oracle.Geometry
+    capacity: int
+    steps: tuple[tuple[str, Any], ...]
+    writes: frozenset[int] | None  # only for implementations writing exactly these versions
+
+    @classmethod
+    def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
+        geometry = geometry_of(raw["geometry"])
+        steps: list[tuple[str, Any]] = []
+        labels: set[str] = set()
+        writes: list[Mapping[str, Any]] = []  # every write so far: hashes chain through them
+        for raw_step in raw["steps"]:
+            ((op, arg),) = raw_step.items()
+            for label in _labels_used(op, arg):
+                if label not in labels:
+                    raise CaseDataError(f"{op}: no block is labelled {label!r} before this step")
+            if op == "write":
+                writes.append(arg)
+                arg = plan_blocks(geometry, writes)[-1]
+                if arg.label:
+                    labels.add(arg.label)
+            elif op == "import":
+                labels.update(arg.get("as", []))
+                arg = {**arg, "data": ctx.resolver.resolve(arg["envelope"]).data}
+            steps.append((op, arg))
+        writes = V1_ONLY if raw.get("writer") == "v1-only" else None
+        return [
+            cls(
+                **common,
+                geometry=geometry,
+                capacity=raw["capacity"],
+                steps=tuple(steps),
+                writes=writes,
+            )
+        ]
+
+    def skip_reason(self, testee: Testee) -> str | None:
+        if self.writes is not None and testee.info.write_versions != self.writes:
+            want = ",".join(f"v{v}" for v in sorted(self.writes))
+            return f"this case is for a writer of {want} only"
+        wanted = [Capability.POOL]
+        for op, arg in self.steps:
+            if op in ("export", "export_bytes"):
+                wanted.append(Capability.EXPORT)
+                if (
+                    arg.get("expect") is None
+                    and op == "export"
+                    and (reason := needs_write(testee, arg["version"]))
+                ):
+                    return reason
+            if op == "import":
+                wanted.append(Capability.IMPORT)
+        return needs(testee, *wanted)
+
+    def run(self, testee: Testee) -> None:
+        with testee.adapter.open_pool(self.geometry, self.capacity) as pool:
+            _PoolScript(pool, testee).run(self.steps)
+
+
+def _labels_used(op: str, arg: Any) -> list[str]:
+    """The block labels a pool step refers to (they must have been given before)."""
+    if op in ("read", "release"):
+        return [arg["block"]]
+    if op == "find":
+        return [v for v in (arg["hash"], arg["expect"]) if isinstance(v, str) and v != "ENOTFOUND"]
+    if op == "export":
+        return list(arg["blocks"])
+    return []
+
+
+class _PoolScript:
+    def __init__(self, pool: PoolHandle, testee: Testee) -> None:
+        self.pool = pool
+        self.testee = testee
+        self.ids: dict[str, int] = {}
+        self.plans: dict[str, BlockPlan] = {}
+
+    def block(self, label: str) -> int:
+        return self.ids[label]
+
+    def run(self, steps: tuple[tuple[str, Any], ...]) -> None:
+        for number, (op, arg) in enumerate(steps, 1):
+            try:
+                getattr(self, "_" + op)(arg)
+            except CaseFailure as failure:
+                raise CaseFailure(f"step {number} ({op}): {failure}") from None
+            except Refused as refusal:
+                raise CaseFailure(f"step {number} ({op}): {refusal}") from None
+
+    def _refusal(self, code: str) -> str:
+        return self.testee.refusal(code)
+
+    def _write(self, plan: BlockPlan) -> None:
+        write = lambda: self.pool.write(plan.block_hash, plan.n_tokens, plan.values)  # noqa: E731
+        if plan.expect:
+            refused_with(self._refusal(plan.expect), "write", write)
+            return
+        block = write()
+        if plan.label:
+            self.ids[plan.label] = block
+            self.plans[plan.label] = plan
+
+    def _read(self, arg: Mapping[str, Any]) -> None:
+        if arg.get("expect"):
+            refused_with(
+                self._refusal(arg["expect"]),
+                "read",
+                lambda: self.pool.read(self.block(arg["block"])),
+            )
+            return
+        plan = self.plans[arg["block"]]
+        compare_readback(
+            plan.as_oracle_block(),
+            self.pool.read(self.block(arg["block"])),
+            self.pool.dtype,
+            f"block {arg['block']}",
+            block=f"block {arg['block']}",
+        )
+
+    def _release(self, arg: Mapping[str, Any]) -> None:
+        if arg.get("expect"):
+            refused_with(
+                self._refusal(arg["expect"]),
+                "release",
+                lambda: self.pool.release(self.block(arg["block"])),
+            )
+            return
+        self.pool.release(self.block(arg["block"]))
+
+    def _find(self, arg: Mapping[str, Any]) -> None:
+        key = arg["hash"]
+        block_hash = self.plans[key].block_hash if isinstance(key, str) else key
+        expect = arg.get("expect")
+        if expect == "ENOTFOUND":
+            refused_with(
+                self._refusal("ENOTFOUND"),
+                f"find({block_hash:#x})",
+                lambda: self.pool.find(block_hash),
+            )
+            return
+        found = self.pool.find(block_hash)
+        if found != self.block(expect):
+            raise CaseFailure(
+                f"find({block_hash:#x}) = block {found}, expected {expect} "
+                f"(block {self.block(expect)})"
+            )
+
+    def _free(self, expected: int) -> None:
+        got = self.pool.free_blocks()
+        if got != expected:
+            raise CaseFailure(f"free_blocks() = {got}, expected {expected}")
+
+    def _export(self, arg: Mapping[str, Any]) -> None:
+        ids = [self.block(label) for label in arg["blocks"]]
+        if arg.get("expect"):
+            refused_with(
+                self._refusal(arg["expect"]),
+                f"export v{arg['version']}",
+                lambda: self.pool.export(ids, arg["version"]),
+            )
+            return
+        plans = [self.plans[label].as_oracle_block() for label in arg["blocks"]]
+        expected = oracle.encode(self.pool.geometry, plans, arg["version"])
+        level = self.testee.v2_level if arg["version"] == 2 else "strict"
+        compare_envelopes(expected, self.pool.export(ids, arg["version"]), level)
+
+    def _export_bytes(self, arg: Mapping[str, Any]) -> None:
+        got = self.pool.export_bytes(arg["n_blocks"], arg["version"])
+        if got != arg["expect"]:
+            raise CaseFailure(
+                f"export_bytes({arg['n_blocks']}, v{arg['version']}) = {got}, "
+                f"expected {arg['expect']}"
+            )
+
+    def _import(self, arg: Mapping[str, Any]) -> None:
+        max_blocks = arg.get("max_blocks", self.pool.capacity)
+        action = lambda: self.pool.import_envelope(arg["data"], max_blocks)  # noqa: E731
+        if arg.get("expect"):
+            refused_with(self._refusal(arg["expect"]), "import", action)
+            return
+        ids = action()
+        envelope = oracle.decode(arg["data"], oracle.ReaderProfile(self.pool.geometry))
+        for label, block, record in zip(arg.get("as", []), ids, envelope.records, strict=False):
+            self.ids[label] = block
+            # What the pool holds, and so what a later export encodes, is the decoded value
+            # in the pool's own precision.
+            values = in_pool_precision(record.decoded.values, self.pool.dtype)
+            self.plans[label] = BlockPlan(label, record.block_hash, record.n_tokens, values)

@@ -1,0 +1,239 @@
+"""The `reject` kind: an envelope breaking reader rules is refused, and the pool unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ... import oracle
+from ...adapters import Capability
+from ...checks import (
+    CaseFailure,
+    compare_snapshots,
+    snapshot,
+)
+from ...errors import Refused
+from ...testee import Testee
+from .._sources import (
+    CaseDataError,
+    mutate,
+)
+from ._base import (
+    ALL_READS,
+    V1_ONLY,
+    Case,
+    FileContext,
+    PoolSetup,
+    header_field,
+    needs,
+    reader_reason,
+    reads_for,
+    record_hashes,
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the oracle says of an envelope under one reader profile."""
+
+    rule_ids: frozenset[str]
+    c_codes: frozenset[str]
+    grpc_statuses: frozenset[str]
+    detail: str
+
+
+def _verdict(data: bytes, geometry: oracle.Geometry, reads: frozenset[int]) -> Verdict:
+    violations = oracle.find_violations(data, oracle.ReaderProfile(geometry, reads))
+    rejected = oracle.Rejected(violations)
+    return Verdict(rejected.rule_ids, rejected.c_codes, rejected.grpc_statuses, str(rejected))
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class RejectCase(Case):
+    kind = "reject"
+    markers = ("reader",)
+
+    data: bytes
+    version: int | None
+    pool: PoolSetup
+    reads: frozenset[int] | None
+    # The oracle's verdict per reader (all versions / v1 only), and what the case expects.
+    verdicts: tuple[tuple[frozenset[int], Verdict], ...]
+    rule: str | None
+    also: frozenset[str]
+    code: str | None
+    grpc: str | None
+    rules_first: bool
+
+    @property
+    def rules(self) -> frozenset[str]:
+        """Every rule the envelope breaks: the named one and those it cannot help breaking."""
+        return frozenset({self.rule} if self.rule else set()) | self.also
+
+    @classmethod
+    def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
+        # Every rejection case also checks that the refused import left the pool untouched.
+        if "READ-ATOMIC" not in common["reqs"]:
+            common = {**common, "reqs": (*common["reqs"], "READ-ATOMIC")}
+        base = ctx.resolver.resolve(raw["envelope"])
+        reseal = raw.get("reseal", True)
+        variants = list(_expansions(raw.get("expand"), base.data, reseal))
+        if not variants:
+            variants = [("", mutate(base.data, raw.get("mutate", []), reseal, ctx.resolver))]
+        elif raw.get("mutate"):
+            raise CaseDataError("a case with expand takes no mutate list")
+        pool = PoolSetup.build(raw.get("pool"), base)
+        reads = reads_for(raw.get("reader"))
+        expect = raw["expect"]
+        version = base.version or header_field(base.data, "version")
+        cases: list[Case] = []
+        for suffix, data in variants:
+            verdicts = tuple(
+                (r, _verdict(data, pool.geometry, r))
+                for r in ((reads,) if reads else (ALL_READS, V1_ONLY))
+            )
+            case = cls(
+                **{**common, "id": common["id"] + suffix},
+                data=data,
+                version=version,
+                pool=pool,
+                reads=reads,
+                verdicts=verdicts,
+                rule=expect.get("rule"),
+                also=frozenset(expect.get("also", [])),
+                code=expect.get("code"),
+                grpc=expect.get("grpc"),
+                rules_first=expect.get("rules_first", False),
+            )
+            case._confirm_single_fault()
+            cases.append(case)
+        return cases
+
+    def _primary(self) -> Verdict:
+        return self.verdicts[0][1]
+
+    def _confirm_single_fault(self) -> None:
+        """The collection-time check that the envelope breaks the named rule and no other."""
+        verdict = self._primary()
+        if self.rule is not None:
+            unknown = sorted(self.rules - set(oracle.READER_RULES))
+            if unknown:
+                raise CaseDataError(
+                    f"no reader rule {', '.join(unknown)}; rules: {', '.join(oracle.READER_RULES)}"
+                )
+            if verdict.rule_ids != self.rules:
+                broken = ", ".join(sorted(verdict.rule_ids)) or "none"
+                named = ", ".join(sorted(self.rules))
+                raise CaseDataError(
+                    f"the envelope must break {named} and no other rule; the oracle finds: "
+                    f"{broken}" + (f" ({verdict.detail})" if verdict.detail else "")
+                )
+            for other in sorted(self.rules):
+                codes = oracle.READER_RULES[other]
+                if (self.code, self.grpc) != (codes.c_code, codes.grpc_status):
+                    raise CaseDataError(
+                        f"{other} is refused with {codes.c_code} / {codes.grpc_status}, "
+                        f"the case expects {self.code} / {self.grpc}"
+                    )
+        elif self.code is not None:  # a pool refusal (ENOMEM, EINVAL): a readable envelope
+            if verdict.rule_ids:
+                raise CaseDataError(
+                    f"a {self.code} case needs an envelope the oracle accepts; it finds: "
+                    + verdict.detail
+                )
+        elif not verdict.rule_ids:
+            raise CaseDataError("the oracle accepts this envelope, so nothing can reject it")
+
+    def item_markers(self) -> tuple[str, ...]:
+        return (*self.markers, f"v{self.version}") if self.version in (1, 2) else self.markers
+
+    def _verdict_for(self, testee: Testee) -> Verdict | None:
+        for reads, verdict in self.verdicts:
+            if reads == testee.info.read_versions:
+                return verdict
+        return None
+
+    def skip_reason(self, testee: Testee) -> str | None:
+        if reason := needs(testee, Capability.POOL, Capability.IMPORT):
+            return reason
+        if reason := reader_reason(testee, self.reads):
+            return reason
+        verdict = self._verdict_for(testee)
+        if verdict is None:
+            return f"no oracle verdict for a reader of {sorted(testee.info.read_versions)}"
+        if self.rule is not None and verdict.rule_ids != self.rules:
+            return (
+                f"for {testee.label}'s reader this envelope breaks more than {self.rule} "
+                f"({', '.join(sorted(verdict.rule_ids))})"
+            )
+        if self.code is not None and self.rule is None and verdict.rule_ids:
+            return f"for {testee.label}'s reader this envelope breaks {verdict.detail}"
+        return None
+
+    def _acceptable(self, testee: Testee, verdict: Verdict) -> set[str]:
+        if self.code is not None:
+            return {testee.refusal(self.code, self.grpc)}
+        domain = (
+            verdict.grpc_statuses if testee.adapter.status_domain == "grpc" else verdict.c_codes
+        )
+        return set(domain)
+
+    def _limit_codes(self, testee: Testee, free: int | None) -> set[str]:
+        """Refusals the contract also allows when the header claims more blocks than the
+        caller's max_blocks (EINVAL) or the free blocks (ENOMEM): the spec does not order them
+        against the reader rules. Cases with `rules_first` demand the rule's code alone."""
+        declared = header_field(self.data, "n_blocks")
+        if self.rules_first or declared is None or not self.rules:
+            return set()
+        codes = set()
+        if declared > self.pool.capacity and testee.adapter.status_domain == "c":
+            codes.add("EINVAL")
+        if free is not None and declared > free:
+            codes.add(testee.refusal("ENOMEM"))
+        return codes
+
+    def run(self, testee: Testee) -> None:
+        verdict = self._verdict_for(testee)
+        assert verdict is not None
+        pool, preload_ids = self.pool.open(testee)
+        with pool:
+            watched = sorted(set(self.pool.hashes) | set(record_hashes(self.data)))
+            before = snapshot(pool, preload_ids, watched)
+            acceptable = self._acceptable(testee, verdict) | self._limit_codes(testee, before.free)
+            why = verdict.detail or f"expected {self.code}"
+            try:
+                ids = pool.import_envelope(self.data, self.pool.capacity)
+            except Refused as refusal:
+                if refusal.code not in acceptable:
+                    said = f"; it said: {refusal.detail}" if refusal.detail else ""
+                    raise CaseFailure(
+                        f"refused with {refusal.code}, expected {' or '.join(sorted(acceptable))} "
+                        f"({why}){said}"
+                    ) from None
+            else:
+                raise CaseFailure(
+                    f"accepted (block ids {ids}) an envelope it must refuse with "
+                    f"{' or '.join(sorted(acceptable))}: {why}"
+                )
+            compare_snapshots(before, snapshot(pool, preload_ids, watched), "the rejected import")
+
+
+def _expansions(how: str | None, data: bytes, reseal: bool) -> Iterator[tuple[str, bytes]]:
+    """Generated variants: every proper prefix, or every single-bit flip, of the envelope."""
+    if how is None:
+        return
+    if reseal:
+        raise CaseDataError("expanded cases take the bytes as they are: set reseal: false")
+    if how == "prefixes":
+        for length in range(len(data)):
+            yield f"-{length}", data[:length]
+    elif how == "bit-flips":
+        for offset in range(len(data)):
+            for bit in range(8):
+                flipped = bytearray(data)
+                flipped[offset] ^= 1 << bit
+                yield f"-{offset}.{bit}", bytes(flipped)
+
+
+# -- round trip -------------------------------------------------------------------------------
