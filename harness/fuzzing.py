@@ -10,12 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 import yaml
 
 from .cases import build_generated_case
 from .checks import calls_to_testee
+from .exprs import BuildTarget
 from .testee import Testee
+
+SERVER_EXAMPLES = 20  # examples a property runs against a server, whose blocks stay
 
 
 @dataclass
@@ -35,7 +39,13 @@ class FuzzRecorder:
     shrink_seconds: float = 3.0
     last: dict[str, Any] | None = field(default=None, repr=False)
     _failed_at: float | None = field(default=None, repr=False)
+    unobservable: set[str] = field(default_factory=set, repr=False)  # why examples were rejected
+    _ran: int = field(default=0, repr=False)
     _failures: dict[str, Exception] = field(default_factory=dict, repr=False)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # Hypothesis shows a failing example's arguments, this fixture among them.
+        printer.text("fuzz_case")
 
     def check(self, spec: dict[str, Any], testee: Testee) -> None:
         spec = {"id": "fuzz", "reqs": list(self.reqs), **spec}
@@ -45,18 +55,35 @@ class FuzzRecorder:
             raise self._failures[key]
         if self._failed_at is not None and time.monotonic() - self._failed_at > self.shrink_seconds:
             return  # over the shrinking budget: not tried
+        if testee.adapter.keeps_blocks:
+            # A server keeps every block pushed to it, for good: each property stores at most
+            # this many examples' worth in it (docs/grpc.md states what a run needs).
+            self._ran += 1
+            if self._ran > SERVER_EXAMPLES and self._failed_at is None:
+                return
+        unobservable = None
         try:
-            for case in build_generated_case(spec, self.root):
-                reason = case.skip_reason(testee)
-                if reason:
-                    pytest.skip(reason)
-                with calls_to_testee():
-                    case.run(testee)
+            # The strategies draw only specs the schema admits: no validation per example.
+            target = testee.build_target(BuildTarget())
+            for case in build_generated_case(spec, self.root, target=target, validate=False):
+                unobservable = case.skip_reason(testee)
+                if unobservable is not None:
+                    break
+                try:
+                    with calls_to_testee():
+                        case.run(testee)
+                except pytest.skip.Exception as skipped:
+                    unobservable = str(skipped.msg)
+                    break
         except Exception as exc:
             if self._failed_at is None:
                 self._failed_at = time.monotonic()
             self._failures[key] = exc
             raise
+        if unobservable is not None:
+            # This example cannot be observed through this way in; others may be.
+            self.unobservable.add(unobservable)
+            hypothesis.reject()
 
 
 def regression_case(spec: dict[str, Any], test: str, testee: str, failure: str) -> dict[str, Any]:

@@ -28,12 +28,13 @@ class CaseFile(pytest.File):
     """A YAML case file: one item per case and implementation under test."""
 
     def collect(self) -> Iterator[CaseItem]:
-        from .plugin import testees_of  # the plugin imports this module
+        from .plugin import parity_roots, testees_of  # the plugin imports this module
 
-        loaded = load_case_file(self.path, corpus.corpus_root())
+        loaded = load_case_file(self.path, corpus.corpus_root(), parity_roots(self.config)[1:])
         testees = testees_of(self.config)
-        for case in loaded.cases:
-            for testee in testees:
+        for testee in testees:
+            # Each implementation gets the file's cases built for the geometry it serves.
+            for case in loaded.cases_for(testee.build_target(loaded.default)):
                 name = case.id if len(testees) == 1 else f"{case.id}[{testee.label}]"
                 yield CaseItem.from_parent(self, name=name, case=case, testee=testee)
 

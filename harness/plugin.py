@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis
+import hypothesis.errors
 import pytest
 
 from . import corpus, options, profiles
@@ -92,6 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     profile = config.getoption("hypothesis_profile", None) or profiles.DEFAULT_PROFILE
     config.stash[PROFILE] = profiles.activate(profile, [t.identity for t in testees_of(config)])
+    profiles.bound_shrinking(run.fuzz_shrink_seconds)
     if _is_worker(config):
         return
     written = options.value(config, options.WRITE_KNOWN_FAILURES)
@@ -412,6 +414,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return None
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """A property test none of whose examples this way in can observe is skipped, with why."""
+    try:
+        return (yield)
+    except hypothesis.errors.Unsatisfiable:
+        recorder = getattr(item, "funcargs", {}).get("fuzz_case")
+        if isinstance(recorder, FuzzRecorder) and recorder.unobservable:
+            pytest.skip("; ".join(sorted(recorder.unobservable)[:3]))
+        raise
+
+
 @pytest.fixture
 def fuzz_case(request: pytest.FixtureRequest) -> FuzzRecorder:
     """Runs a drawn case spec against the testee; a failing one becomes a regression case."""
@@ -420,14 +434,20 @@ def fuzz_case(request: pytest.FixtureRequest) -> FuzzRecorder:
     return FuzzRecorder(corpus.corpus_root(), tuple(marker.args) if marker else (), budget)
 
 
-@pytest.hookimpl(wrapper=True)
+# What hypothesis says when it gives up shrinking: it assumes its own five minutes.
+_SLOW_SHRINK = "WARNING: Hypothesis has spent more than five minutes"
+
+
+# tryfirst: the outermost wrapper, so that what it changes comes after hypothesis's section.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     if not is_active(item.config):
         return report
-    # A skipped case points at its case file, not at the plugin line that raised the skip; with
-    # no line, pytest's summary folds the file's skips of one reason into one line.
-    if report.skipped and isinstance(item, CaseItem) and isinstance(report.longrepr, tuple):
+    report.sections = [_bounded_shrink_note(item.config, s) for s in report.sections]
+    # A skip points at the test's file, not at the harness line that raised it; with no line,
+    # pytest's summary folds the file's skips of one reason into one line.
+    if report.skipped and not hasattr(report, "wasxfail") and isinstance(report.longrepr, tuple):
         report.longrepr = (str(item.path), None, report.longrepr[2])
     recorder = getattr(item, "funcargs", {}).get("fuzz_case")
     if report.failed and call.when == "call" and isinstance(recorder, FuzzRecorder):
@@ -442,6 +462,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and call.when == "call":
         _note_should_failure(item, report)
     return report
+
+
+def _bounded_shrink_note(config: pytest.Config, section: tuple[str, str]) -> tuple[str, str]:
+    title, text = section
+    if _SLOW_SHRINK not in text:
+        return section
+    kept = text[: text.index(_SLOW_SHRINK)].rstrip()
+    budget = settings_of(config).fuzz_shrink_seconds
+    note = (
+        f"(shrinking stopped after --fuzz-shrink-seconds={budget:g}: the example above is the "
+        "smallest found by then)"
+    )
+    return title, f"{kept}\n{note}" if kept else note
 
 
 def _detail(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:

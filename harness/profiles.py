@@ -16,11 +16,17 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.internal.conjecture import engine
 
 DEFAULT_PROFILE = "gate"
 # The fuzz_case fixture is meant to outlive each example: it keeps the last one drawn, which
 # after a failure is the minimal example, to print as a regression case.
-_SUPPRESSED = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+# An example a way in cannot observe is rejected (harness/fuzzing.py), so through gRPC many are.
+_SUPPRESSED = [
+    HealthCheck.too_slow,
+    HealthCheck.function_scoped_fixture,
+    HealthCheck.filter_too_much,
+]
 
 settings.register_profile(
     "gate",
@@ -55,6 +61,15 @@ settings.register_profile(
     suppress_health_check=[*_SUPPRESSED, HealthCheck.data_too_large],
 )
 EXPLORING = frozenset({"explore", "thorough"})
+
+
+def bound_shrinking(seconds: float) -> None:
+    """Hypothesis gives up shrinking a failing example after a time of its own (five
+    minutes); a gate gives up after `seconds` (--fuzz-shrink-seconds), reporting the smallest
+    example found by then. With a faulting implementation every shrink step costs a worker
+    restart or a timeout: the broken engine's gate must end in about the time of a passing one.
+    (Hypothesis offers no setting for this; its engine's module constant is the one knob.)"""
+    engine.MAX_SHRINKING_SECONDS = max(seconds, 0.001)  # type: ignore[assignment]
 
 
 def example_database_dir(identities: Iterable[str]) -> Path:

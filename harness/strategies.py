@@ -23,8 +23,13 @@ SPECIAL_F16 = (0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x3C00, 0
 NON_FINITE_F16 = (0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x7E55, 0xFFFF)
 
 
-def geometries(realistic: bool = True) -> st.SearchStrategy[list[int]]:
-    """[B, L, Hkv, D]: small by default, sometimes an engine's real shape (B = 16, D 64/128)."""
+def geometries(
+    realistic: bool = True, fixed: oracle.Geometry | None = None
+) -> st.SearchStrategy[list[int]]:
+    """[B, L, Hkv, D]: small by default, sometimes an engine's real shape (B = 16, D 64/128);
+    `fixed`, the one geometry an implementation serves, when it serves one."""
+    if fixed is not None:
+        return st.just([fixed.block_tokens, fixed.n_layers, fixed.n_kv_heads, fixed.head_dim])
     small = st.lists(st.integers(1, 6), min_size=4, max_size=4).map(
         lambda dims: [dims[0], dims[1] % 3 + 1, dims[2] % 3 + 1, dims[3] * 2]
     )
@@ -92,10 +97,12 @@ def envelope_specs(
     min_blocks: int = 0,
     max_blocks: int = 3,
     realistic: bool = True,
+    fixed: oracle.Geometry | None = None,
 ) -> dict[str, Any]:
-    """{build: {geometry, version, blocks}}, an envelope the oracle encodes."""
+    """{build: {geometry, version, blocks}}, an envelope the oracle encodes (at `fixed`, the
+    geometry under test, when the implementation serves one)."""
     version = version or draw(st.sampled_from([1, 2]))
-    geometry = draw(geometries(realistic))
+    geometry = draw(geometries(realistic, fixed))
     blocks = draw(
         st.lists(block_specs(geometry, version), min_size=min_blocks, max_size=max_blocks)
     )
@@ -250,8 +257,10 @@ def _header_edits(field: oracle.Field, build: dict[str, Any]) -> st.SearchStrate
     return value.map(lambda v: {"set_header": {"field": field.name, "value": v}})
 
 
-def pool_geometries(geometry: list[int]) -> st.SearchStrategy[list[int]]:
-    """The envelope's own geometry, or (a quarter of the time) one differing in one dimension."""
+def other_geometries(geometry: list[int]) -> st.SearchStrategy[list[int]]:
+    """The geometry itself, or (a quarter of the time) one differing in one dimension: the
+    pool for an envelope (or, for an implementation of one geometry, the envelope for its
+    pool)."""
 
     def changed(index: int, delta: int) -> list[int]:
         dims = list(geometry)

@@ -4,12 +4,18 @@ the run's settings that change what a case expects."""
 from __future__ import annotations
 
 import hashlib
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from .adapters import GRPC_STATUS_OF, Adapter, ImplInfo, ImplSpec
+from .exprs import BuildTarget
 from .oracle import Geometry
 from .report import Impl
+
+# The hash chain of this process's cases starts here against an implementation that keeps
+# blocks from earlier runs (a long-lived server): their hashes are new to it.
+RUN_SALT = secrets.randbits(64) | 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +44,14 @@ class Testee:
 
     def can(self, capability: str) -> bool:
         return capability in self.info.capabilities
+
+    def build_target(self, default: BuildTarget) -> BuildTarget:
+        """What cases are built for against this implementation: the geometry it serves (else
+        the case file's), and for one that keeps blocks across runs (a server) this run's
+        salt, so that its blocks are this run's own."""
+        return BuildTarget(
+            self.geometry or default.geometry, RUN_SALT if self.adapter.keeps_blocks else 0
+        )
 
     @property
     def geometry(self) -> Geometry | None:

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from .exprs import evaluate, geometry_symbols
 from .oracle import Geometry, f16_bits_to_f32
 
-RECIPES = ("zeros", "constant", "ramp", "literal", "f16_bits", "pcg64", "pcg64_f16_bits")
+RECIPES = ("zeros", "constant", "ramp", "literal", "f16_bits", "pcg64", "pcg64_f16_bits", "kv")
 KV_INDEX = {"K": 0, "V": 1, 0: 0, 1: 1}
 
 
@@ -49,6 +50,26 @@ def _literal(nested: Any, geometry: Geometry) -> np.ndarray:
         raise ValueError(f"literal values list {array.shape[3]} positions, B is {shape[3]}")
     values = np.zeros(shape, dtype=np.float64)
     values[..., : array.shape[3], :] = array
+    return values
+
+
+def _kv_like(seed: int, salt: int, geometry: Geometry) -> np.ndarray:
+    """Values shaped like a real model's KV cache, in float64 before rounding to f16: each
+    (layer, K or V, head) slab has its own magnitude (keys larger than values, log-spread over
+    two decades), every element a sum of two uniforms (peaked at 0), and a few outlier channels
+    per key head several times the rest, as rotary embeddings leave them."""
+    shape = geometry.values_shape
+    layers, _, heads, _, dims = shape
+    n = geometry.n_elements
+    raw = _uniform(seed, salt, 2 * n + 2 * layers * heads + layers * heads * dims, -1.0, 1.0)
+    body = (raw[:n] + raw[n : 2 * n]).reshape(shape) / 2
+    spread = raw[2 * n : 2 * n + 2 * layers * heads].reshape(layers, 2, heads)
+    magnitude = 2.0 ** (spread * 3.0)  # 1/8 .. 8 for keys
+    magnitude[:, 1, :] /= 4.0  # values a quarter of that
+    channels = raw[2 * n + 2 * layers * heads :].reshape(layers, heads, dims)
+    outlier = np.where(np.abs(channels) > 0.9, 6.0, 1.0)  # about 10% of key channels
+    values = body * magnitude[..., np.newaxis, np.newaxis]
+    values[:, 0] *= outlier[:, :, np.newaxis, :]
     return values
 
 
@@ -88,12 +109,19 @@ def make_values(recipe: Mapping[str, Any], geometry: Geometry, salt: int = 0) ->
         )
     elif name == "pcg64_f16_bits":
         bits = _random_f16_bits(arg["seed"], salt, n, arg.get("finite", True))
+    elif name == "kv":
+        bits = _to_f16_bits(_kv_like(arg["seed"], salt, geometry))
     else:
         raise ValueError(f"unknown values recipe {name!r}; known: {', '.join(RECIPES)}")
     bits = bits.reshape(shape).copy()
+    symbols = geometry_symbols(geometry)
     for override in recipe.get("set", []):
         layer, kv, head, pos, dim = override["at"]
+        # Coordinates may be expressions over the geometry ([L-1, V, Hkv-1, B-1, D-1]).
+        layer, head, pos, dim = (evaluate(c, symbols) for c in (layer, head, pos, dim))
         index = (layer, KV_INDEX[kv], head, pos, dim)
+        if not all(0 <= i < size for i, size in zip(index, shape, strict=True)):
+            raise ValueError(f"set at {override['at']} is outside the block {shape}")
         if "f16_bits" in override:
             bits[index] = override["f16_bits"]
         else:

@@ -96,6 +96,11 @@ class PoolHandle(abc.ABC):
     @abc.abstractmethod
     def import_envelope(self, data: bytes, max_blocks: int) -> list[int]: ...
 
+    def write_preload(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int:
+        """A block a case starts from (a rejection's pool): written like any other, except
+        where the way in keeps blocks across cases (a server: see GrpcPool)."""
+        return self.write(block_hash, n_tokens, values)
+
     def close(self) -> None:  # noqa: B027 - most pools need nothing
         """Give the pool back; the default does nothing."""
 
@@ -111,6 +116,8 @@ class Adapter(abc.ABC):
 
     # Which vocabulary `Refused.code` uses: the C status names, or gRPC status names.
     status_domain = "c"
+    # Whether blocks outlive a pool (a server's one pool outlives every case and run).
+    keeps_blocks = False
 
     def __init__(self, label: str) -> None:
         self.label = label

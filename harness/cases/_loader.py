@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,23 +12,17 @@ from typing import Any
 import jsonschema
 import yaml
 
+from ..exprs import DEFAULT_GEOMETRY, BuildTarget, NotApplicable, resolve_geometry
 from ..requirements import level_of, unknown_ids
 from ..yamlsource import LineDict, YamlSourceError, line_of, load_yaml
 from ._sources import CaseDataError, EnvelopeResolver
-from .kinds import KINDS, Case, CaseOrigin, FileContext
+from .kinds import KINDS, Case, CaseOrigin, FileContext, NotApplicableCase
 
 SCHEMA_FILE = Path(__file__).with_name("case-schema.yaml")
 
 
 class CaseFileError(Exception):
     """A case file the suite cannot use; the message is one line: file, line, case, problem."""
-
-
-@dataclass(frozen=True)
-class CaseFile:
-    path: Path
-    title: str
-    cases: tuple[Case, ...]
 
 
 @functools.cache
@@ -75,8 +70,93 @@ def _case_sources(text: str, starts: list[int]) -> list[str]:
     return sources
 
 
-def load_case_file(path: Path, root: Path) -> CaseFile:
-    """Load, check and build every case of a file; CaseFileError names the first problem."""
+@dataclass(frozen=True)
+class CaseSpec:
+    """One case as its file declares it, before it is built for a geometry."""
+
+    raw: Mapping[str, Any]
+    origin: CaseOrigin
+    where: str  # file:line: case 'id', for messages
+
+    @property
+    def id(self) -> str:
+        return str(self.raw["id"])
+
+
+class CaseFile:
+    """A checked case file: its cases as declared, built for each geometry they run at.
+
+    Every case is built once at the file's own geometry when the file is loaded (so a broken
+    case is an error of the file, whatever is tested); for another geometry under test it is
+    built when first asked for, and a case that means nothing there is skipped with the reason.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        title: str,
+        document: Mapping[str, Any],
+        specs: tuple[CaseSpec, ...],
+        root: Path,
+        golden_roots: Sequence[Path],
+    ) -> None:
+        self.path = path
+        self.title = title
+        self.specs = specs
+        self.default = BuildTarget(resolve_geometry(document.get("geometry"), DEFAULT_GEOMETRY))
+        self._envelopes = document.get("envelopes", {})
+        self._root = root
+        self._golden_roots = tuple(golden_roots)
+        self._built: dict[BuildTarget, tuple[Case, ...]] = {}
+        self.cases = self._build_all(self.default, strict=True)
+
+    def cases_for(self, target: BuildTarget) -> tuple[Case, ...]:
+        """The file's cases built for `target` (cached)."""
+        if target not in self._built:
+            self._built[target] = self._build_all(target, strict=False)
+        return self._built[target]
+
+    def _build_all(self, target: BuildTarget, strict: bool) -> tuple[Case, ...]:
+        # A salted run (a server keeps blocks) gives each file its own hashes: the same tokens
+        # in two files must not name two contents to one server.
+        target = target.salted(self.path.name)
+        resolver = EnvelopeResolver(self._envelopes, self._root, self._golden_roots, target)
+        origins = {id(spec.raw): spec.origin for spec in self.specs}
+        ctx = FileContext(resolver=resolver, origin=lambda raw: origins[id(raw)], target=target)
+        cases: list[Case] = []
+        seen: set[str] = set()
+        for spec in self.specs:
+            try:
+                built = _build_case(spec.raw, ctx)
+            except (CaseDataError, NotApplicable, ValueError) as exc:
+                if strict:
+                    raise CaseFileError(f"{spec.where}: {exc}") from None
+                built = [_not_applicable(spec, ctx, target, exc)]
+            for case in built:
+                if case.id in seen:
+                    raise CaseFileError(
+                        f"{spec.where}: the id {case.id!r} is used twice in this file"
+                    )
+                seen.add(case.id)
+            cases.extend(built)
+        return tuple(cases)
+
+
+def _not_applicable(spec: CaseSpec, ctx: FileContext, target: BuildTarget, exc: Exception) -> Case:
+    reqs = tuple(spec.raw["reqs"])
+    return NotApplicableCase(
+        id=spec.id,
+        reqs=reqs,
+        level=spec.raw.get("level", level_of(reqs)),
+        doc=spec.raw.get("doc", ""),
+        origin=spec.origin,
+        reason=f"at the geometry under test ({target.geometry}) this case means nothing: {exc}",
+    )
+
+
+def load_case_file(path: Path, root: Path, golden_roots: Sequence[Path] = ()) -> CaseFile:
+    """Load and check a case file and build every case at its own geometry; CaseFileError names
+    the first problem."""
     shown = _display(path, root)
     try:
         document = load_yaml(path, shown)
@@ -94,28 +174,14 @@ def load_case_file(path: Path, root: Path) -> CaseFile:
     raw_cases = document["cases"]
     text = path.read_text(encoding="utf-8")
     sources = _case_sources(text, [raw.line for raw in raw_cases])
-    origins = {
-        id(raw): CaseOrigin(path, raw.line, src)
+    specs = tuple(
+        CaseSpec(raw, CaseOrigin(path, raw.line, src), f"{shown}:{raw.line}: case {raw['id']!r}")
         for raw, src in zip(raw_cases, sources, strict=True)
-    }
-    ctx = FileContext(
-        resolver=EnvelopeResolver(document.get("envelopes", {}), root),
-        origin=lambda raw: origins[id(raw)],
     )
-    cases: list[Case] = []
-    seen: set[str] = set()
-    for raw in raw_cases:
-        where = f"{shown}:{raw.line}: case {raw['id']!r}"
-        try:
-            built = _build_case(raw, ctx)
-        except (CaseDataError, ValueError) as exc:
-            raise CaseFileError(f"{where}: {exc}") from None
-        for case in built:
-            if case.id in seen:
-                raise CaseFileError(f"{where}: the id {case.id!r} is used twice in this file")
-            seen.add(case.id)
-        cases.extend(built)
-    return CaseFile(path, document.get("title", path.stem), tuple(cases))
+    try:
+        return CaseFile(path, document.get("title", path.stem), document, specs, root, golden_roots)
+    except (NotApplicable, ValueError) as exc:
+        raise CaseFileError(f"{shown}: the file's geometry: {exc}") from None
 
 
 def _build_case(raw: Mapping[str, Any], ctx: FileContext) -> list[Case]:
@@ -132,21 +198,30 @@ def _build_case(raw: Mapping[str, Any], ctx: FileContext) -> list[Case]:
         "doc": raw.get("doc", ""),
         "origin": ctx.origin(raw),
     }
+    # ... and each case its own, for the blocks it states itself.
+    ctx = dataclasses.replace(ctx, target=ctx.target.salted(str(raw["id"])))
     return KINDS[raw["kind"]].build(raw, common, ctx)
 
 
 def build_generated_case(
-    raw: Mapping[str, Any], root: Path, envelopes: Mapping[str, Any] | None = None
+    raw: Mapping[str, Any],
+    root: Path,
+    envelopes: Mapping[str, Any] | None = None,
+    target: BuildTarget | None = None,
+    validate: bool = True,
 ) -> list[Case]:
-    """Build a case that no file declares (a fuzzer's), checked like a file's case."""
-    document = {"cases": [raw], **({"envelopes": envelopes} if envelopes else {})}
-    error = jsonschema.exceptions.best_match(_validator().iter_errors(document))
-    if error is not None:
-        raise CaseFileError(f"generated case {raw.get('id')!r}: {_schema_message(error)}")
-    source = yaml.safe_dump(raw, sort_keys=False, default_flow_style=None, width=100)
-    origin = CaseOrigin(Path("<generated>"), 1, source.rstrip())
-    ctx = FileContext(resolver=EnvelopeResolver(envelopes or {}, root), origin=lambda _raw: origin)
+    """Build a case that no file declares (a fuzzer's), checked like a file's case (its schema
+    too, unless `validate` is False: a generator whose specs the schema already admits)."""
+    if validate:
+        document = {"cases": [raw], **({"envelopes": envelopes} if envelopes else {})}
+        error = jsonschema.exceptions.best_match(_validator().iter_errors(document))
+        if error is not None:
+            raise CaseFileError(f"generated case {raw.get('id')!r}: {_schema_message(error)}")
+    origin = CaseOrigin(Path("<generated>"), 1, "", raw)
+    target = target or BuildTarget()
+    resolver = EnvelopeResolver(envelopes or {}, root, (), target)
+    ctx = FileContext(resolver=resolver, origin=lambda _raw: origin, target=target)
     try:
         return _build_case(raw, ctx)
-    except (CaseDataError, ValueError) as exc:
+    except (CaseDataError, NotApplicable, ValueError) as exc:
         raise CaseFileError(f"generated case {raw.get('id')!r}: {exc}") from None

@@ -36,7 +36,10 @@ _STATUS_OF_CODE = {
     "EINVAL": grpc.StatusCode.INVALID_ARGUMENT,
     "ENOTFOUND": grpc.StatusCode.NOT_FOUND,
 }
-FAULTS = ("wrong-version-status",)
+FAULTS = ("wrong-version-status", "huge-pull")
+# What the "huge-pull" fault answers PullKv with: a first chunk of this many payload bytes, far
+# past the 4 MiB a chunk may carry, so that a client without a receive limit would take it all.
+HUGE_PULL_BYTES = 100 * 1024 * 1024
 
 
 class Refusal(Exception):
@@ -125,6 +128,9 @@ class KvTransferServer:
             chunks = self._pull(list(request.block_hashes), request.kv_format)
         except Refusal as refusal:
             self._abort(context, refusal)
+        if self._fault == "huge-pull" and chunks:  # a deliberately wrong server, for self-tests
+            chunks[0].payload = bytes(HUGE_PULL_BYTES)
+            chunks[0].crc32c = crc32c.crc32c(chunks[0].payload)
         yield from chunks
 
     # -- PushKv, one chunk ----------------------------------------------------------------------

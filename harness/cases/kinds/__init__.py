@@ -3,7 +3,7 @@ is built, how it runs against a testee. `KINDS` maps each YAML `kind:` to its cl
 
 from typing import Any
 
-from ._base import Case, CaseOrigin, FileContext, check_imported
+from ._base import Case, CaseOrigin, FileContext, NotApplicableCase, check_imported
 from .export import ExportCase
 from .hashing import HashCase, HashSequenceCase
 from .importing import ImportCase
@@ -35,6 +35,7 @@ __all__ = [
     "HashCase",
     "HashSequenceCase",
     "ImportCase",
+    "NotApplicableCase",
     "PoolCase",
     "RejectCase",
     "RoundtripCase",

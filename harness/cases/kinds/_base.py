@@ -3,10 +3,12 @@ after an import."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+import yaml
 
 from ... import oracle
 from ...adapters import PoolHandle
@@ -17,29 +19,38 @@ from ...checks import (
     expect_free,
 )
 from ...errors import Refused
+from ...exprs import BuildTarget, resolve_geometry
 from ...testee import Testee
 from .._sources import (
     BlockPlan,
     BuiltEnvelope,
     CaseDataError,
     EnvelopeResolver,
-    geometry_of,
     plan_blocks,
 )
 
 ALL_READS = frozenset({1, 2})
 V1_ONLY = frozenset({1})
 MAX_DEFAULT_CAPACITY = 64
-PRELOAD_VALUES = {"pcg64": {"seed": 7, "low": -8.0, "high": 8.0}}
+PRELOAD_VALUES = {"kv": {"seed": 7}}
 
 
 @dataclass(frozen=True)
 class CaseOrigin:
-    """Where a case was declared."""
+    """Where a case was declared: its file and line, and its YAML (a generated case keeps its
+    spec, dumped only when a failure shows it)."""
 
     file: Path
     line: int
-    source: str  # the case's YAML text
+    text: str  # the case's YAML text, as the file has it
+    raw: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def source(self) -> str:
+        if self.text or self.raw is None:
+            return self.text
+        dumped = yaml.safe_dump(dict(self.raw), sort_keys=False, default_flow_style=None, width=100)
+        return dumped.rstrip()
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -66,12 +77,41 @@ class Case:
         return self.markers
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class NotApplicableCase(Case):
+    """A case that means nothing at the geometry under test: skipped, with the reason."""
+
+    kind = "not-applicable"
+    reason: str
+
+    def skip_reason(self, testee: Testee) -> str | None:
+        return self.reason
+
+
 @dataclass(frozen=True)
 class FileContext:
-    """What building a case needs from its file."""
+    """What building a case needs from its file: its named envelopes, where each case was
+    declared, and what the cases are built for (the geometry under test, the hash salt)."""
 
     resolver: EnvelopeResolver
     origin: Callable[[Mapping[str, Any]], CaseOrigin]
+    target: BuildTarget = field(default_factory=BuildTarget)
+
+    def geometry(self, raw: Any) -> oracle.Geometry:
+        """A case's geometry (`testee` when it gives none)."""
+        return resolve_geometry(raw, self.target.geometry)
+
+    def plan(
+        self,
+        geometry: oracle.Geometry,
+        raws: Sequence[Mapping[str, Any]],
+        salt: int = 0,
+        fixed: bool = False,
+    ) -> list[BlockPlan]:
+        """Block specs to plans. At the geometry under test their hash chain is the target's
+        (a run's own hashes, for a server that keeps blocks); a case at a written-out geometry
+        keeps the hashes its file gives (the spec's example, say)."""
+        return plan_blocks(geometry, raws, salt=salt, chain=0 if fixed else self.target.salt)
 
 
 def needs(testee: Testee, *capabilities: str) -> str | None:
@@ -94,25 +134,24 @@ def v2_level_for(raw_level: str | None, testee: Testee) -> str:
 # -- pools ------------------------------------------------------------------------------------
 
 
-def write_all(pool: PoolHandle, plans: list[BlockPlan], what: str) -> list[int]:
+def write_all(
+    pool: PoolHandle, plans: list[BlockPlan], what: str, preload: bool = False
+) -> list[int]:
     ids = []
+    write = pool.write_preload if preload else pool.write
     for index, plan in enumerate(plans):
         try:
-            ids.append(pool.write(plan.block_hash, plan.n_tokens, plan.values))
+            ids.append(write(plan.block_hash, plan.n_tokens, plan.values))
         except Refused as refusal:
             raise CaseFailure(f"{what} block {index}: {refusal}") from None
     return ids
 
 
-def default_preload(geometry: oracle.Geometry) -> list[BlockPlan]:
-    """Two blocks every import or rejection case starts from: a registered full block and a
-    partial one (a second full, unregistered, block when B is 1)."""
-    b = geometry.block_tokens
-    raws: list[dict[str, Any]] = [
-        {"tokens": list(range(900_000, 900_000 + b)), "values": PRELOAD_VALUES},
-        {"n_tokens": max(1, b - 1), "values": PRELOAD_VALUES},
-    ]
-    return plan_blocks(geometry, raws, salt=1000)
+DEFAULT_PRELOAD: tuple[Mapping[str, Any], ...] = (
+    {"tokens": {"range": [900_000, "900000+B"]}, "values": PRELOAD_VALUES},
+    # A partial block (a second full, unregistered, block when B is 1).
+    {"n_tokens": "max(1, B-1)", "values": PRELOAD_VALUES},
+)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -124,10 +163,16 @@ class PoolSetup:
     preload: tuple[BlockPlan, ...]
 
     @classmethod
-    def build(cls, raw: Mapping[str, Any] | None, envelope: BuiltEnvelope) -> PoolSetup:
+    def build(
+        cls, raw: Mapping[str, Any] | None, envelope: BuiltEnvelope, ctx: FileContext
+    ) -> PoolSetup:
+        """The pool: its own geometry when given, else the geometry under test for an
+        envelope built at it (or derived from it), else the envelope's own."""
         raw = raw or {}
         if "geometry" in raw:
-            geometry = geometry_of(raw["geometry"])
+            geometry = ctx.geometry(raw["geometry"])
+        elif envelope.geometry is not None and not envelope.fixed:
+            geometry = ctx.target.geometry
         elif envelope.geometry is not None:
             geometry = envelope.geometry
         else:
@@ -135,11 +180,7 @@ class PoolSetup:
                 geometry = oracle.header_geometry(envelope.data)
             except ValueError as exc:
                 raise CaseDataError(f"the pool needs a geometry: {exc}") from None
-        preload = (
-            plan_blocks(geometry, raw["preload"], salt=1000)
-            if "preload" in raw
-            else default_preload(geometry)
-        )
+        preload = ctx.plan(geometry, raw.get("preload", DEFAULT_PRELOAD), salt=1000)
         capacity = raw.get("capacity")
         if capacity is None:
             capacity = min(MAX_DEFAULT_CAPACITY, len(preload) + real_blocks(envelope.data) + 1)
@@ -150,7 +191,7 @@ class PoolSetup:
     def open(self, testee: Testee) -> tuple[PoolHandle, list[int]]:
         pool = testee.adapter.open_pool(self.geometry, self.capacity)
         try:
-            ids = write_all(pool, list(self.preload), "preloading")
+            ids = write_all(pool, list(self.preload), "preloading", preload=True)
         except BaseException:
             pool.close()
             raise

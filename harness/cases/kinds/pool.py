@@ -16,12 +16,11 @@ from ...checks import (
     refused_with,
 )
 from ...errors import Refused
+from ...exprs import is_fixed
 from ...testee import Testee
 from .._sources import (
     BlockPlan,
     CaseDataError,
-    geometry_of,
-    plan_blocks,
 )
 from ._base import (
     V1_ONLY,
@@ -46,7 +45,7 @@ class PoolCase(Case):
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
-        geometry = geometry_of(raw["geometry"])
+        geometry = ctx.geometry(raw.get("geometry"))
         steps: list[tuple[str, Any]] = []
         labels: set[str] = set()
         writes: list[Mapping[str, Any]] = []  # every write so far: hashes chain through them
@@ -57,12 +56,15 @@ class PoolCase(Case):
                     raise CaseDataError(f"{op}: no block is labelled {label!r} before this step")
             if op == "write":
                 writes.append(arg)
-                arg = plan_blocks(geometry, writes)[-1]
+                arg = ctx.plan(geometry, writes, fixed=is_fixed(raw.get("geometry")))[-1]
                 if arg.label:
                     labels.add(arg.label)
             elif op == "import":
                 labels.update(arg.get("as", []))
                 arg = {**arg, "data": ctx.resolver.resolve(arg["envelope"]).data}
+            elif op == "export_bytes" and "expect" not in arg:
+                size = geometry.envelope_size(arg["n_blocks"], arg["version"])
+                arg = {**arg, "expect": size}  # the oracle's, computed at collection
             steps.append((op, arg))
         writes = V1_ONLY if raw.get("writer") == "v1-only" else None
         return [

@@ -49,12 +49,34 @@ def _verdict(data: bytes, geometry: oracle.Geometry, reads: frozenset[int]) -> V
     return Verdict(rejected.rule_ids, rejected.c_codes, rejected.grpc_statuses, str(rejected))
 
 
+@dataclass(frozen=True, eq=False)
+class Variant:
+    """An envelope's bytes: given outright, or a prefix or a one-bit flip of a shared base. A
+    variant keeps only its change: a thousand variants of a 2 MiB envelope must not hold 2 GiB
+    from collection to the end of the run."""
+
+    base: bytes
+    prefix: int | None = None
+    flip: tuple[int, int] | None = None  # (offset, bit)
+
+    @property
+    def data(self) -> bytes:
+        if self.prefix is not None:
+            return self.base[: self.prefix]
+        if self.flip is not None:
+            offset, bit = self.flip
+            flipped = bytearray(self.base)
+            flipped[offset] ^= 1 << bit
+            return bytes(flipped)
+        return self.base
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
 class RejectCase(Case):
     kind = "reject"
     markers = ("reader",)
 
-    data: bytes
+    variant: Variant
     version: int | None
     pool: PoolSetup
     reads: frozenset[int] | None
@@ -65,6 +87,10 @@ class RejectCase(Case):
     code: str | None
     grpc: str | None
     rules_first: bool
+
+    @property
+    def data(self) -> bytes:
+        return self.variant.data
 
     @property
     def rules(self) -> frozenset[str]:
@@ -80,22 +106,24 @@ class RejectCase(Case):
         reseal = raw.get("reseal", True)
         variants = list(_expansions(raw.get("expand"), base.data, reseal))
         if not variants:
-            variants = [("", mutate(base.data, raw.get("mutate", []), reseal, ctx.resolver))]
+            mutated = mutate(base.data, raw.get("mutate", []), reseal, ctx.resolver)
+            variants = [("", Variant(mutated))]
         elif raw.get("mutate"):
             raise CaseDataError("a case with expand takes no mutate list")
-        pool = PoolSetup.build(raw.get("pool"), base)
+        pool = PoolSetup.build(raw.get("pool"), base, ctx)
         reads = reads_for(raw.get("reader"))
         expect = raw["expect"]
         version = base.version or header_field(base.data, "version")
         cases: list[Case] = []
-        for suffix, data in variants:
+        for suffix, variant in variants:
+            data = variant.data
             verdicts = tuple(
                 (r, _verdict(data, pool.geometry, r))
                 for r in ((reads,) if reads else (ALL_READS, V1_ONLY))
             )
             case = cls(
                 **{**common, "id": common["id"] + suffix},
-                data=data,
+                variant=variant,
                 version=version,
                 pool=pool,
                 reads=reads,
@@ -219,21 +247,52 @@ class RejectCase(Case):
             compare_snapshots(before, snapshot(pool, preload_ids, watched), "the rejected import")
 
 
-def _expansions(how: str | None, data: bytes, reseal: bool) -> Iterator[tuple[str, bytes]]:
-    """Generated variants: every proper prefix, or every single-bit flip, of the envelope."""
+# Envelopes up to this size are expanded in full: every prefix, every bit.
+EXHAUSTIVE_BYTES = 128
+SPREAD = 16  # payload positions sampled, evenly, in a larger envelope
+
+
+def expansion_offsets(data: bytes, how: str) -> list[tuple[int, tuple[int, ...]]]:
+    """Where an envelope is cut or flipped, and which bits of each byte: all of a small one;
+    of a larger one its structure (every bit of the header, of each record's head and of the
+    trailer; the bytes around each record boundary), and one bit of each of an even spread of
+    payload bytes (there, any flip is a CRC test like another)."""
+    size = len(data)
+    every = tuple(range(8))
+    if size <= EXHAUSTIVE_BYTES:
+        return [(o, every) for o in range(size)]
+    chosen: dict[int, tuple[int, ...]] = {o: every for o in range(oracle.HEADER_SIZE)}
+    chosen.update({o: every for o in range(size - oracle.CRC_SIZE, size)})
+    try:
+        geometry = oracle.header_geometry(data)
+        record = geometry.record_size(oracle.HEADER_FIELDS["version"].read(data))
+    except ValueError:
+        record = size
+    for start in range(oracle.HEADER_SIZE, size - oracle.CRC_SIZE, record):
+        chosen.update({o: every for o in range(start, start + oracle.RECORD_PREFIX_SIZE)})
+        chosen.setdefault(start - 1, every)
+    for k in range(SPREAD):
+        offset = size * k // SPREAD
+        chosen.setdefault(offset, (offset % 8,))
+    if how == "prefixes":
+        chosen.setdefault(oracle.MIN_ENVELOPE_SIZE, every)
+    return sorted((o, bits) for o, bits in chosen.items() if 0 <= o < size)
+
+
+def _expansions(how: str | None, data: bytes, reseal: bool) -> Iterator[tuple[str, Variant]]:
+    """Generated variants: every proper prefix, or every single-bit flip, of the envelope (of a
+    large one, those at its structure: expansion_offsets)."""
     if how is None:
         return
     if reseal:
         raise CaseDataError("expanded cases take the bytes as they are: set reseal: false")
     if how == "prefixes":
-        for length in range(len(data)):
-            yield f"-{length}", data[:length]
+        for length, _ in expansion_offsets(data, how):
+            yield f"-{length}", Variant(data, prefix=length)
     elif how == "bit-flips":
-        for offset in range(len(data)):
-            for bit in range(8):
-                flipped = bytearray(data)
-                flipped[offset] ^= 1 << bit
-                yield f"-{offset}.{bit}", bytes(flipped)
+        for offset, bits in expansion_offsets(data, how):
+            for bit in bits:
+                yield f"-{offset}.{bit}", Variant(data, flip=(offset, bit))
 
 
 # -- round trip -------------------------------------------------------------------------------

@@ -16,12 +16,11 @@ from ...checks import (
     free_count,
 )
 from ...errors import Refused
+from ...exprs import is_fixed
 from ...testee import Testee
 from .._sources import (
     BlockPlan,
     CaseDataError,
-    geometry_of,
-    plan_blocks,
 )
 from ._base import (
     Case,
@@ -47,8 +46,8 @@ class RoundtripCase(Case):
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
-        geometry, version = geometry_of(raw["geometry"]), raw["version"]
-        blocks = plan_blocks(geometry, raw["blocks"])
+        geometry, version = ctx.geometry(raw.get("geometry")), raw["version"]
+        blocks = ctx.plan(geometry, raw["blocks"], fixed=is_fixed(raw.get("geometry")))
         try:
             expected = oracle.encode(geometry, [b.as_oracle_block() for b in blocks], version)
         except ValueError as exc:

@@ -25,7 +25,7 @@ from ...checks import CaseFailure, ValueSource, compare_readback
 from ...errors import NotObservable, Refused
 from ...testee import Testee
 from ...values import make_values
-from .._sources import CaseDataError, EnvelopeResolver, geometry_of, mutate
+from .._sources import CaseDataError, EnvelopeResolver, mutate
 from ._base import Case, FileContext
 
 MAX_PAYLOAD = 4 * 1024 * 1024
@@ -128,7 +128,8 @@ class TransferCase(Case):
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
-        geometry = geometry_of(raw["geometry"]) if "geometry" in raw else None
+        # None: whatever the server's pool is (a written-out geometry: that one only).
+        geometry = ctx.geometry(raw["geometry"]) if "geometry" in raw else None
         full, tail, held = raw["full_blocks"], raw.get("tail", 1), raw.get("held", 0)
         n_chunks = full + (1 if tail else 0)
         if not n_chunks:

@@ -1,0 +1,777 @@
+"""Hostile implementations under test, and hostile inputs to the suite itself.
+
+A CI gate is only worth its exit status: an engine that crashes, exits, hangs, forks, hogs
+memory, lies about its output or keeps the caller's arrays must never get status 0, and every
+run must end, with its conformance report, in bounded time. Each test here runs the suite in a
+child process (as an engine team's CI does) against one such implementation and checks the
+verdict, the report and that the run ended.
+
+The C libraries are the bundled reference with one function taken over (selftest/hostile/*.c,
+through selftest/hostile/hostile.h); the Python modules are patched copies of reference/pyref.py;
+the gRPC server is the reference server with its hidden `--fault huge-pull`.
+
+Time bounds are generous subprocess timeouts: a run must END, and how fast it ends is the
+benchmarks' business (benchmarks/), not a test's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from selftest.support import ROOT, Server, SuiteRun, patched_copy, start_reference_server
+
+HOSTILE = ROOT / "selftest" / "hostile"
+PYREF = ROOT / "reference" / "pyref.py"
+PIDS_ENV = "TLKV_HOSTILE_PIDS"  # selftest/hostile/hostile.h
+# Wall-time bounds, as subprocess timeouts. A run of a few dozen cases takes seconds; these
+# only have to be far below "forever".
+RUN_BOUND = 180
+QUICK_BOUND = 60
+# The reader and pool cases use this geometry (cases/reader-v1.yaml, cases/transfer.yaml).
+READER_GEOMETRY = ("--block-tokens=4", "--n-layers=2", "--n-kv-heads=2", "--head-dim=8")
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def hostile_library(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Build (once per session) a library of selftest/hostile: exit_import, hang_export, ..."""
+    from tlkv_conformance.references.clib.build import build_library
+
+    built: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in built:
+            out = tmp_path_factory.mktemp(f"hostile-{name}")
+            built[name] = build_library(out, source=HOSTILE / f"{name}.c")
+        return built[name]
+
+    return get
+
+
+def report_option(tmp_path: Path) -> tuple[Path, str]:
+    """A report base in the test's folder, and the option naming it."""
+    base = tmp_path / "out" / "report"
+    return base, f"--conformance-report={base}"
+
+
+def read_report(base: Path) -> dict:
+    path = base.with_name(base.name + ".json")
+    assert path.is_file(), f"no conformance report at {path}"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def assert_report(base: Path, status: int, complete: bool | None = True) -> dict:
+    """The report exists, records `status`, and (when not 0) lets no implementation pass."""
+    report = read_report(base)
+    assert report["exit_status"] == status, report["exit_status"]
+    if complete is not None:
+        assert report["complete"] is complete, report["incomplete_reason"]
+    if status != 0:
+        assert report["gate"] == "fail"
+        gates = {impl["label"]: impl["gate"] for impl in report["implementations"]}
+        assert "pass" not in gates.values(), gates
+    return report
+
+
+def assert_no_pass_claimed(base: Path) -> None:
+    """After a run that was ended from inside: no report, or one that claims no pass."""
+    path = base.with_name(base.name + ".json")
+    if path.exists():
+        report = json.loads(path.read_text(encoding="utf-8"))
+        assert report["gate"] != "pass"
+        assert all(impl["gate"] != "pass" for impl in report["implementations"])
+
+
+def error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("ERROR:")]
+
+
+def messages_in_order(run: SuiteRun) -> list[str]:
+    """The failure messages in the order the tests ran (JUnit keeps that order)."""
+    return [run.messages[node] for node in run.outcomes if node in run.messages]
+
+
+def run_gate(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -m tlkv_conformance run ARGS`: the runner that trusts a status 0 only from a run
+    that wrote its completion marker."""
+    command = [sys.executable, "-m", "tlkv_conformance", "run", "-p", "no:cacheprovider", "-q"]
+    return subprocess.run(
+        [*command, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def runner_complaint(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("tlkv-conformance:")]
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs. A zombie counts as dead: its parent is gone, and whatever adopted it
+    (here PID 1 may not reap) decides when it disappears."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def survivors(pid_file: Path, wait: float = 10.0) -> list[int]:
+    """Pids recorded by a forking library that are still alive after `wait` seconds; any found
+    are killed afterwards, so that a failing test leaves no strays of its own."""
+    pids = [int(line) for line in pid_file.read_text().split()] if pid_file.exists() else []
+    deadline = time.monotonic() + wait
+    alive = [p for p in pids if _alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if _alive(p)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return alive
+
+
+def pyref_module(tmp_path: Path, name: str, patches: list[tuple[str, str]]) -> str:
+    """A patched copy of reference/pyref.py as module `name` in tmp_path/mods (give
+    pythonpath=tmp_path / "mods" to run_suite); its --impl value."""
+    folder = tmp_path / "mods"
+    folder.mkdir(exist_ok=True)
+    patched_copy(PYREF, patches, folder / f"{name}.py")
+    return f"py:{name}"
+
+
+# Anchors in reference/pyref.py for the patches below.
+WRITE_RETURN = "        return self._allocate(block_hash, n_tokens, kv)\n"
+READ_RETURN = (
+    "        return self._hash[block], self._fill[block], self._values[block].astype(np.float32)\n"
+)
+IMPORT_START = (
+    "    def import_envelope(self, data: bytes, max_blocks: int | None = None) -> list[int]:\n"
+    "        data = bytes(data)\n"
+)
+POOL_INIT_END = "        self._registry: dict[int, int] = {}\n"
+
+
+# -- the bundled v1-only reference and the property tests ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("profile", "seed"),
+    [("explore", 1), ("explore", 2), ("ci", 0), ("gate", 0), ("verdict", 0)],
+)
+def test_v1_only_reference_passes_the_property_tests(
+    run_suite, reference_library, tmp_path, monkeypatch, profile, seed
+):
+    """A correct v1-only reader must pass every property test, whatever the profile or seed:
+    a fuzzer that draws v2 envelopes for it and calls their refusal a failure would fail a
+    conformant engine. (First in the file, longest first: pytest-xdist starts them first, so the
+    short runs below fill the gaps and the file ends sooner.)"""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # explore's example database
+    label = f"ctypes:{reference_library('v1only')}"
+    base, report = report_option(tmp_path)
+    run = run_suite(
+        f"--impl={label}",
+        f"--hypothesis-profile={profile}",
+        f"--fuzz-seed={seed}",
+        report,
+        "conformance/test_fuzz.py",
+        timeout=RUN_BOUND,
+    )
+    assert run.returncode == 0, run.output[-4000:]
+    assert run.passed
+    assert_report(base, 0, complete=True)
+
+
+# -- C libraries ----------------------------------------------------------------------------
+
+
+def test_exit_in_import_fails_the_run(run_suite, hostile_library, tmp_path):
+    """exit(0) in every tl_kv_import: each import case fails (the worker's exit is seen), the
+    run goes on to its end and its verdict."""
+    label = f"ctypes:{hostile_library('exit_import')}"
+    base, report = report_option(tmp_path)
+    run = run_suite(f"--impl={label}", report, "cases/reader-v1.yaml", timeout=RUN_BOUND)
+    assert run.returncode == 1, run.output[-4000:]
+    assert_report(base, 1, complete=True)
+    messages = messages_in_order(run)
+    assert messages, run.output[-4000:]
+    assert "exited with status 0 in tl_kv_import" in messages[0]
+
+
+def test_exit_in_import_inprocess_is_no_verdict(hostile_library, tmp_path):
+    """In-process the library's exit(0) ends pytest itself with status 0: the runner must not
+    pass that on as a verdict, and says why in one line."""
+    base, report = report_option(tmp_path)
+    lib = hostile_library("exit_import")
+    gate = run_gate(
+        [f"--impl=ctypes:{lib}", "--isolation=inprocess", report, "cases/reader-v1.yaml"],
+        timeout=RUN_BOUND,
+    )
+    assert gate.returncode == 3, gate.stdout[-2000:] + gate.stderr[-2000:]
+    complaint = runner_complaint(gate.stderr)
+    assert len(complaint) == 1, gate.stderr
+    assert "without writing its verdict" in complaint[0]
+    assert_no_pass_claimed(base)
+
+
+def test_exit_at_load_is_a_usage_error(run_suite, hostile_library):
+    """A constructor calling _exit(0) ends the worker while it loads the library: the
+    implementation cannot be used at all, which is one ERROR line and status 4."""
+    label = f"ctypes:{hostile_library('exit_on_load')}"
+    run = run_suite(f"--impl={label}", "cases/hash.yaml", timeout=RUN_BOUND)
+    assert run.returncode == 4, run.output[-4000:]
+    errors = error_lines(run.output)
+    assert len(errors) == 1, run.output[-4000:]
+    assert errors[0].startswith(f"ERROR: --impl {label}: ")
+    assert "exited with status 0" in errors[0]
+    assert "Traceback" not in run.output
+
+
+def test_exit_at_load_inprocess_is_no_verdict(hostile_library, tmp_path):
+    """In-process the constructor's _exit(0) ends pytest before it starts: status 3."""
+    base, report = report_option(tmp_path)
+    lib = hostile_library("exit_on_load")
+    gate = run_gate(
+        [f"--impl=ctypes:{lib}", "--isolation=inprocess", report, "cases/hash.yaml"],
+        timeout=RUN_BOUND,
+    )
+    assert gate.returncode == 3, gate.stdout[-2000:] + gate.stderr[-2000:]
+    complaint = runner_complaint(gate.stderr)
+    assert len(complaint) == 1, gate.stderr
+    assert "without writing its verdict" in complaint[0]
+    assert_no_pass_claimed(base)
+
+
+def test_hanging_export_times_out_then_is_not_called(run_suite, hostile_library, tmp_path):
+    """tl_kv_export never returns: the first exports time out, after two hangs in a row the
+    function is not called again (so a hanging engine's gate ends in about the time of a
+    passing one), and the run reaches its verdict and a complete report."""
+    label = f"ctypes:{hostile_library('hang_export')}"
+    base, report = report_option(tmp_path)
+    run = run_suite(
+        f"--impl={label}", "--call-timeout=1", report, "cases/writer-v1.yaml", timeout=RUN_BOUND
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    assert_report(base, 1, complete=True)
+    messages = messages_in_order(run)
+    assert len(messages) >= 3, run.output[-4000:]
+    assert "timed out after 1 s in tl_kv_export" in messages[0]
+    assert any("not called in tl_kv_export" in m for m in messages[2:]), messages
+
+
+def test_export_returning_ok_without_writing_fails(run_suite, hostile_library, tmp_path):
+    """tl_kv_export answers with the reference's statuses but never writes its buffer."""
+    label = f"ctypes:{hostile_library('lazy_export')}"
+    base, report = report_option(tmp_path)
+    run = run_suite(f"--impl={label}", report, "cases/writer-v1.yaml", timeout=RUN_BOUND)
+    assert run.returncode == 1, run.output[-4000:]
+    assert run.failed
+    assert_report(base, 1, complete=True)
+
+
+def test_abort_in_import_fails_the_run(run_suite, hostile_library, tmp_path):
+    """abort() in every tl_kv_import (a failed assertion): SIGABRT fails each import case."""
+    label = f"ctypes:{hostile_library('abort_import')}"
+    base, report = report_option(tmp_path)
+    run = run_suite(f"--impl={label}", report, "cases/reader-v1.yaml", timeout=RUN_BOUND)
+    assert run.returncode == 1, run.output[-4000:]
+    assert_report(base, 1, complete=True)
+    assert "crashed with SIGABRT in tl_kv_import" in messages_in_order(run)[0]
+
+
+def test_children_forked_by_pool_create_end_with_the_worker(
+    run_suite, hostile_library, tmp_path, monkeypatch
+):
+    """tl_kv_pool_create forks a child that sleeps for minutes. That is invisible through the
+    ABI (the library is the reference otherwise, so the run passes), but the children must not
+    outlive the run: the worker is killed with its process group."""
+    pid_file = tmp_path / "pids"
+    monkeypatch.setenv(PIDS_ENV, str(pid_file))
+    label = f"ctypes:{hostile_library('fork_pool_create')}"
+    base, report = report_option(tmp_path)
+    run = run_suite(f"--impl={label}", report, "cases/pool.yaml", timeout=RUN_BOUND)
+    assert run.returncode == 0, run.output[-4000:]
+    assert_report(base, 0, complete=True)
+    assert pid_file.exists(), "the library forked no child: the test tests nothing"
+    assert survivors(pid_file) == []
+
+
+def test_crash_with_a_child_holding_the_pipes_is_seen_as_a_crash(
+    run_suite, hostile_library, tmp_path, monkeypatch
+):
+    """tl_kv_import forks a child that keeps the worker's pipes open, then the worker crashes.
+    The reply pipe never reaches its end, so only the worker's own death can say what happened:
+    the case says "crashed with SIGSEGV" (not a timeout), and the child dies with the worker."""
+    pid_file = tmp_path / "pids"
+    monkeypatch.setenv(PIDS_ENV, str(pid_file))
+    label = f"ctypes:{hostile_library('fork_segv_import')}"
+    base, report = report_option(tmp_path)
+    run = run_suite(
+        f"--impl={label}", "--call-timeout=2", report, "cases/reader-v1.yaml", timeout=RUN_BOUND
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    assert_report(base, 1, complete=True)
+    messages = messages_in_order(run)
+    assert "crashed with SIGSEGV in tl_kv_import" in messages[0], messages[0]
+    assert not [m for m in messages if "timed out" in m], messages
+    assert pid_file.exists(), "the library forked no child: the test tests nothing"
+    assert survivors(pid_file) == []
+
+
+def test_memory_hog_fails_its_cases_under_the_worker_limit(run_suite, hostile_library, tmp_path):
+    """tl_kv_import allocates and touches 2 GiB with a 256 MiB worker limit: its cases fail
+    with an implementation fault, the hash cases still pass, the run ends with status 1."""
+    label = f"ctypes:{hostile_library('hog_import')}"
+    base, report = report_option(tmp_path)
+    run = run_suite(
+        f"--impl={label}",
+        "--worker-memory=256",
+        report,
+        "cases/reader-v1.yaml",
+        "cases/hash.yaml",
+        timeout=RUN_BOUND,
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    assert_report(base, 1, complete=True)
+    messages = messages_in_order(run)
+    assert "implementation fault:" in messages[0]
+    assert "in tl_kv_import" in messages[0]
+    hash_cases = [n for n in run.outcomes if n.startswith("cases/hash.yaml::")]
+    assert hash_cases
+    assert all(run.outcomes[n] == "passed" for n in hash_cases), run.output[-4000:]
+
+
+# -- Python modules ---------------------------------------------------------------------------
+
+
+def test_module_exiting_on_one_input_fails_that_case(run_suite, tmp_path):
+    """Pool.import_envelope calls os._exit(0) on one input (3 blocks into a pool with exactly 3
+    free): the worker dies in that case alone, which fails; a new worker serves the others,
+    which pass; the run goes on to status 1."""
+    impl = pyref_module(
+        tmp_path,
+        "hostile_exit3",
+        [
+            ("import struct\n", "import os\nimport struct\n"),
+            (
+                IMPORT_START,
+                IMPORT_START
+                + "        if data[8:12] == bytes([3, 0, 0, 0]) and self.free_blocks() == 3:\n"
+                "            os._exit(0)\n",
+            ),
+        ],
+    )
+    base, report = report_option(tmp_path)
+    run = run_suite(
+        f"--impl={impl}",
+        report,
+        "cases/reader-v1.yaml",
+        pythonpath=tmp_path / "mods",
+        timeout=RUN_BOUND,
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    assert_report(base, 1, complete=True)
+    fills = "cases/reader-v1.yaml::accept-fills-the-pool"
+    assert run.failed == [fills], run.output[-4000:]
+    assert "exited with status 0 in Pool.import_envelope" in run.messages[fills]
+    assert run.outcomes["cases/reader-v1.yaml::accept-three-blocks"] == "passed"
+
+
+@pytest.mark.parametrize("isolation", ["worker", "inprocess"])
+@pytest.mark.parametrize("read", ["view", "copy"])
+def test_rejected_import_that_changes_a_block_fails(run_suite, tmp_path, read, isolation):
+    """A refused import that first writes into a block the pool holds breaks READ-ATOMIC. With
+    Pool.read handing out a view of the pool's storage, a suite that kept what read returned
+    (rather than a copy) would see the change on both sides of its comparison and miss it."""
+    patches = [
+        (
+            IMPORT_START,
+            "    def import_envelope(self, data: bytes, max_blocks: int | None = None)"
+            " -> list[int]:\n"
+            "        try:\n"
+            "            return self._import_checked(data, max_blocks)\n"
+            "        except KvError:\n"
+            "            live = [b for b, refs in enumerate(self._refs) if refs]\n"
+            "            if live:\n"
+            "                self._values[live[0]] += np.float16(1)\n"
+            "            raise\n\n"
+            "    def _import_checked(self, data: bytes, max_blocks: int | None = None)"
+            " -> list[int]:\n"
+            "        data = bytes(data)\n",
+        )
+    ]
+    if read == "view":
+        patches.append(
+            (
+                READ_RETURN,
+                "        return self._hash[block], self._fill[block], self._values[block]\n",
+            )
+        )
+    impl = pyref_module(tmp_path, f"hostile_atomic_{read}", patches)
+    base, report = report_option(tmp_path)
+    run = run_suite(
+        f"--impl={impl}",
+        f"--isolation={isolation}",
+        report,
+        "cases/reader-v1.yaml",
+        pythonpath=tmp_path / "mods",
+        timeout=RUN_BOUND,
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    assert_report(base, 1, complete=True)
+    messages = messages_in_order(run)
+    assert messages, run.output[-4000:]
+    assert "the rejected import changed the pool: existing block" in messages[0], messages[0]
+
+
+def test_module_keeping_the_callers_array_fails(run_suite, tmp_path):
+    """Pool.write keeps the caller's kv array instead of a copy: once the caller reuses its
+    buffer, the block's values are gone."""
+    impl = pyref_module(
+        tmp_path,
+        "hostile_keeps",
+        [
+            (POOL_INIT_END, POOL_INIT_END + "        self._kept: dict[int, np.ndarray] = {}\n"),
+            (
+                WRITE_RETURN,
+                "        block = self._allocate(block_hash, n_tokens, kv)\n"
+                "        self._kept[block] = kv\n"
+                "        return block\n",
+            ),
+            (
+                READ_RETURN,
+                "        if block in self._kept:\n"
+                "            return self._hash[block], self._fill[block], self._kept[block]\n"
+                + READ_RETURN,
+            ),
+        ],
+    )
+    base, report = report_option(tmp_path)
+    run = run_suite(
+        f"--impl={impl}",
+        report,
+        "cases/roundtrip.yaml",
+        "cases/pool.yaml",
+        pythonpath=tmp_path / "mods",
+        timeout=RUN_BOUND,
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    assert run.failed
+    assert_report(base, 1, complete=True)
+
+
+def test_module_writing_into_the_callers_array_fails(run_suite, tmp_path):
+    """Pool.write "clears the padding" past n_tokens in the caller's own array."""
+    impl = pyref_module(
+        tmp_path,
+        "hostile_scribbles",
+        [(WRITE_RETURN, "        kv[..., n_tokens:, :] = 0\n" + WRITE_RETURN)],
+    )
+    base, report = report_option(tmp_path)
+    run = run_suite(
+        f"--impl={impl}",
+        report,
+        "cases/reader-v1.yaml",
+        "cases/roundtrip.yaml",
+        pythonpath=tmp_path / "mods",
+        timeout=RUN_BOUND,
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    assert_report(base, 1, complete=True)
+    messages = messages_in_order(run)
+    assert messages
+    assert any("changed the caller's kv array" in m for m in messages), messages[0]
+
+
+@pytest.mark.parametrize("isolation", ["worker", "inprocess"])
+def test_module_raising_system_exit_fails(run_suite, tmp_path, isolation):
+    """Pool.find raises SystemExit(0) (sys.exit(0)): a failure of the call, never the end of
+    the run with status 0."""
+    impl = pyref_module(
+        tmp_path,
+        "hostile_sysexit",
+        [
+            ("import struct\n", "import struct\nimport sys\n"),
+            (
+                "    def find(self, block_hash: int) -> int:\n",
+                "    def find(self, block_hash: int) -> int:\n        sys.exit(0)\n",
+            ),
+        ],
+    )
+    base, report = report_option(tmp_path)
+    run = run_suite(
+        f"--impl={impl}",
+        f"--isolation={isolation}",
+        report,
+        "cases/pool.yaml",
+        pythonpath=tmp_path / "mods",
+        timeout=RUN_BOUND,
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    assert_report(base, 1, complete=True)
+    assert any("SystemExit" in m for m in messages_in_order(run)), run.output[-4000:]
+
+
+# -- gRPC -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def huge_pull_server() -> Iterator[Server]:
+    server = start_reference_server([*READER_GEOMETRY, "--capacity=20000", "--fault=huge-pull"])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_server_answering_pull_with_100_mb_fails_in_bounded_time(
+    run_suite, huge_pull_server, tmp_path
+):
+    """PullKv answers with a ~100 MB chunk: the client's receive limit (4 MiB + 64 KiB) refuses
+    it, so the pull cases fail and the run ends instead of swallowing the stream."""
+    base, report = report_option(tmp_path)
+    run = run_suite(
+        f"--impl={huge_pull_server.impl}",
+        "--call-timeout=10",
+        report,
+        "cases/transfer.yaml",
+        "-k",
+        "pull",
+        timeout=RUN_BOUND,
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    assert run.failed
+    assert_report(base, 1, complete=True)
+    assert any("RESOURCE_EXHAUSTED" in m for m in messages_in_order(run)), run.output[-4000:]
+
+
+# -- inputs to the suite itself ---------------------------------------------------------------
+
+
+def _alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """A `literal` of nested anchors and aliases: a few lines that expand to width**levels
+    numbers (a "billion laughs")."""
+    node = "&l0 [" + ", ".join(["0.5"] * width) + "]"
+    for level in range(1, levels + 1):
+        node = f"&l{level} [{node}, " + ", ".join([f"*l{level - 1}"] * (width - 1)) + "]"
+    return node
+
+
+def test_yaml_alias_bomb_is_one_error_line(run_suite, scratch_cases, tmp_path):
+    """A case file whose `literal` values are an alias bomb is refused as it is parsed, before
+    anything expands: one line naming the file and line, no traceback, no hang."""
+    case_file = scratch_cases / "bomb.yaml"
+    case_file.write_text(
+        "title: an alias bomb\n"
+        "cases:\n"
+        "  - id: bomb\n"
+        "    kind: roundtrip\n"
+        "    reqs: [POOL-WRITE-READ]\n"
+        "    geometry: [4, 2, 2, 8]\n"
+        "    version: 1\n"
+        "    blocks:\n"
+        f"      - values: {{literal: {_alias_bomb()}}}\n"
+    )
+    shown = case_file.relative_to(ROOT).as_posix()
+    base, report = report_option(tmp_path)
+    run = run_suite("--impl=ref", report, shown, timeout=QUICK_BOUND)
+    assert run.returncode == 2, run.output[-4000:]
+    problem = [line for line in run.output.splitlines() if "aliases" in line]
+    assert len(problem) == 1, run.output[-4000:]
+    assert problem[0].startswith(f"{shown}:9: invalid YAML: aliases (*l0) are not allowed")
+    assert "Traceback" not in run.output
+    assert_report(base, 2, complete=False)
+
+
+@pytest.mark.parametrize("where", ["fifo", "outside", "absolute"])
+def test_golden_paths_outside_the_parity_roots_are_refused(
+    run_suite, scratch_cases, tmp_path, where
+):
+    """`golden:` may only name files inside the parity roots: a FIFO elsewhere (which would
+    block a reader forever), a path climbing out with ../, an absolute path. Each is one line
+    naming the case file, found before anything is read."""
+    fifo = scratch_cases / "blob.bin"
+    os.mkfifo(fifo)
+    golden = {
+        "fifo": fifo.relative_to(ROOT).as_posix(),
+        "outside": "../../../etc/passwd",
+        "absolute": "/etc/passwd",
+    }[where]
+    case_file = scratch_cases / "golden.yaml"
+    case_file.write_text(
+        "title: golden paths\n"
+        "cases:\n"
+        "  - id: golden-elsewhere\n"
+        "    kind: import\n"
+        "    reqs: [READ-ACCEPT]\n"
+        f"    envelope: {{golden: {golden!r}}}\n"
+    )
+    shown = case_file.relative_to(ROOT).as_posix()
+    base, report = report_option(tmp_path)
+    run = run_suite("--impl=ref", report, shown, timeout=QUICK_BOUND)
+    assert run.returncode == 2, run.output[-4000:]
+    problem = [line for line in run.output.splitlines() if f"golden file {golden}" in line]
+    assert len(problem) == 1, run.output[-4000:]
+    assert problem[0].startswith(f"{shown}:3: case 'golden-elsewhere': ")
+    assert "Traceback" not in run.output
+    assert_report(base, 2, complete=False)
+
+
+@pytest.mark.parametrize("below", ["report", "sub/report"])
+def test_report_below_a_regular_file_is_one_line(run_suite, tmp_path, below):
+    """A report that cannot be written is the run's own failure (3), said in one line before
+    any test runs: a gate must not run for minutes and then lose its verdict."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    run = run_suite(
+        "--impl=ref",
+        f"--conformance-report={blocker / below}",
+        "cases/hash.yaml",
+        timeout=QUICK_BOUND,
+    )
+    assert run.returncode == 3, run.output[-4000:]
+    lines = [line for line in run.output.splitlines() if str(blocker) in line]
+    assert len(lines) == 1, run.output[-4000:]
+    assert "--conformance-report" in lines[0]
+    assert "Traceback" not in run.output
+    assert not run.outcomes  # nothing ran
+
+
+@pytest.mark.parametrize("value", ["inf", "1e12", "-5", "nan", "abc"])
+def test_bad_call_timeouts_are_usage_errors(run_suite, value):
+    """An infinite, absurd, negative, NaN or non-numeric timeout would let a hang last forever
+    (or fail every call): each is a usage error, one line."""
+    run = run_suite("--impl=ref", f"--call-timeout={value}", "cases/hash.yaml", timeout=QUICK_BOUND)
+    assert run.returncode == 4, run.output[-4000:]
+    errors = error_lines(run.output)
+    assert len(errors) == 1, run.output[-4000:]
+    assert errors[0].startswith("ERROR: --call-timeout ")
+    assert "Traceback" not in run.output
+
+
+class _Child:
+    """A conformance run in a child process, whose output is collected as it comes."""
+
+    def __init__(self, args: list[str]) -> None:
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.output = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for chunk in iter(lambda: self.process.stdout.read(1), ""):
+            self.output += chunk
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self.process.poll() is not None:
+                raise AssertionError(f"the run ended before {what}:\n{self.output[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} within {timeout} s:\n{self.output[-4000:]}")
+            time.sleep(0.05)
+
+    def finish(self, timeout: float) -> int:
+        try:
+            status = self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self._reader.join(timeout=10)
+        return status
+
+
+# A run long enough to be interrupted: the case corpus and the Python tests (property tests).
+LONG_RUN = ("--impl=ref", "cases", "conformance")
+
+
+def progress_count(output: str) -> int:
+    """How many tests pytest -q has reported so far: the characters of its progress lines."""
+    return sum(len(m.group(1)) for m in _PROGRESS.finditer(output))
+
+
+_PROGRESS = re.compile(r"^([.FEsxXW]+)(?:\s+\[\s*\d+%\])?$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_interrupted_run_reports_itself_incomplete(tmp_path, signum):
+    """SIGTERM (a CI job cancelled) or SIGINT (Ctrl-C) mid-run: the run stops with a status
+    other than 0, and its report says it is incomplete, with no implementation passing."""
+    base, report = report_option(tmp_path)
+    child = _Child([*LONG_RUN, report])
+    try:
+        child.wait_for(lambda: progress_count(child.output) >= 20, QUICK_BOUND, "tests running")
+        child.process.send_signal(signum)
+    finally:
+        status = child.finish(timeout=QUICK_BOUND)
+    assert status not in (0, -signum), child.output[-4000:]
+    report_data = read_report(base)
+    assert report_data["complete"] is False
+    assert report_data["gate"] == "fail"
+    assert report_data["implementations"]
+    assert all(impl["gate"] != "pass" for impl in report_data["implementations"])
+
+
+def test_second_run_on_the_same_report_is_refused(tmp_path):
+    """Two runs writing one report would replace each other's verdict: the second, started
+    while the first holds the report's lock, is refused with one line (status 4)."""
+    base, report = report_option(tmp_path)
+    lock = base.with_name(base.name + ".lock")
+    first = _Child([*LONG_RUN, report])
+    try:
+        first.wait_for(lock.exists, QUICK_BOUND, "the first run's report lock")
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "--impl=ref",
+                report,
+                "cases/hash.yaml",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=QUICK_BOUND,
+        )
+        still_running = first.process.poll() is None
+        first.process.send_signal(signal.SIGTERM)
+    finally:
+        first.finish(timeout=QUICK_BOUND)
+    output = second.stdout + second.stderr
+    assert still_running, "the first run ended before the second started: nothing was tested"
+    assert second.returncode == 4, output[-4000:]
+    errors = error_lines(output)
+    assert len(errors) == 1, output[-4000:]
+    assert "another run" in errors[0]
+    assert "is writing the report" in errors[0]
+    assert str(base) in errors[0]
+    assert "Traceback" not in output
