@@ -8,6 +8,7 @@ streams numpy keeps stable across versions (unlike its sampling methods).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -78,7 +79,25 @@ def _to_f16_bits(values: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.float64).astype(np.float16).view(np.uint16)
 
 
+_MADE: dict[str, np.ndarray] = {}
+_MADE_LIMIT = 32  # at a real geometry a block's values are MiBs: keep a few
+
+
 def make_values(recipe: Mapping[str, Any], geometry: Geometry, salt: int = 0) -> np.ndarray:
+    """The f32 values a recipe describes (read-only: the same recipe gives the same array, made
+    once; a rejection case's preloaded blocks, say, are the same in every case)."""
+    key = json.dumps([recipe, str(geometry), salt], sort_keys=True, default=str)
+    made = _MADE.get(key)
+    if made is None:
+        made = _make_values(recipe, geometry, salt)
+        made.setflags(write=False)
+        if len(_MADE) >= _MADE_LIMIT:
+            _MADE.pop(next(iter(_MADE)))
+        _MADE[key] = made
+    return made
+
+
+def _make_values(recipe: Mapping[str, Any], geometry: Geometry, salt: int = 0) -> np.ndarray:
     """The f32 values a recipe describes. `salt` varies random recipes per block.
 
     Values are built as f16 bit patterns and widened to f32 exactly at the end, so NaN payloads
@@ -102,7 +121,8 @@ def make_values(recipe: Mapping[str, Any], geometry: Geometry, salt: int = 0) ->
     elif name == "literal":
         bits = _to_f16_bits(_literal(arg, geometry))
     elif name == "f16_bits":
-        bits = np.resize(np.asarray(arg, dtype=np.uint16), n)
+        pattern = np.asarray(arg, dtype=np.uint16)
+        bits = np.tile(pattern, -(-n // pattern.size))[:n]  # np.resize, without its slowness
     elif name == "pcg64":
         bits = _to_f16_bits(
             _uniform(arg["seed"], salt, n, arg.get("low", -1.0), arg.get("high", 1.0))

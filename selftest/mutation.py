@@ -93,18 +93,35 @@ class Outcome:
         return self.run.failed
 
 
+def one_geometry_patch(geometry: str) -> tuple[str, str]:
+    """A patch making the C reference's tl_kv_pool_create refuse every geometry but one, as a
+    shim over an engine that serves one model does."""
+    b, layers, heads, dim = (int(v) for v in geometry.split("x"))
+    return (
+        "    if (block_tokens == 0 || n_layers == 0 || n_kv_heads == 0 || head_dim == 0 ||\n",
+        f"    if (block_tokens != {b} || n_layers != {layers} || n_kv_heads != {heads} ||\n"
+        f"        head_dim != {dim})\n"
+        "        return NULL;\n"
+        "    if (block_tokens == 0 || n_layers == 0 || n_kv_heads == 0 || head_dim == 0 ||\n",
+    )
+
+
 @contextlib.contextmanager
-def planted(mutant: Mutant, workdir: Path) -> Iterator[tuple[str, Path | None]]:
-    """The mutant made runnable: yields (--impl value, module path for the suite's child)."""
+def planted(
+    mutant: Mutant, workdir: Path, geometry: str | None = None
+) -> Iterator[tuple[str, Path | None]]:
+    """The mutant made runnable: yields (--impl value, module path for the suite's child).
+    With `geometry` (a C mutant), the library serves pools of that geometry only."""
     if mutant.target == "c":
-        source = patched_copy(TARGETS["c"], list(mutant.patch), workdir / f"{_name(mutant)}.c")
+        patches = list(mutant.patch) + ([one_geometry_patch(geometry)] if geometry else [])
+        source = patched_copy(TARGETS["c"], patches, workdir / f"{_name(mutant)}.c")
         try:
             library = build_library(
                 workdir, variant=mutant.variant, sanitize=mutant.sanitize, source=source
             )
         except Exception as exc:
             raise MutantError(f"{mutant.id}: does not build: {exc}") from exc
-        yield f"ctypes:{library}", None
+        yield f"ctypes:{library}" + (f",geometry={geometry}" if geometry else ""), None
     elif mutant.target == "py":
         patched_copy(TARGETS["py"], list(mutant.patch), workdir / f"{_name(mutant)}.py")
         yield f"py:{_name(mutant)}", workdir
@@ -155,9 +172,11 @@ def run_mutant(
     extra: Sequence[str] = (),
     first_failure: bool = True,
     paths: Sequence[str] | None = None,
+    geometry: str | None = None,
 ) -> Outcome:
-    """Run the conformance suite (`paths`, default: the mutant's) against the mutant."""
-    with planted(mutant, workdir) as (impl, pythonpath):
+    """Run the conformance suite (`paths`, default: the mutant's) against the mutant (a C
+    one, with `geometry`, serving pools of that geometry only)."""
+    with planted(mutant, workdir, geometry) as (impl, pythonpath):
         args = [
             f"--impl={impl}",
             *SUITE_ARGS,

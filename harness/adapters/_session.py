@@ -114,8 +114,9 @@ class SessionPool(PoolHandle):
 
     def read(self, block: int) -> ReadBack:
         block_hash, n_tokens, raw = self._call("read", block)
-        values = np.frombuffer(raw, dtype="<f4").reshape(self.geometry.values_shape)
-        return ReadBack(block_hash, n_tokens, values.astype(np.float32))
+        # A read-only view of the bytes received: nothing else holds them.
+        values = np.frombuffer(raw, dtype=np.dtype("<f4")).reshape(self.geometry.values_shape)
+        return ReadBack(block_hash, n_tokens, values)
 
     def find(self, block_hash: int) -> int:
         return self._call("find", block_hash)

@@ -22,6 +22,7 @@ Session method (or "load"). A reply is (kind, value).
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import pickle
 import re
@@ -85,12 +86,100 @@ _BOOTSTRAP = (
 )
 
 
+# -- large buffers: shared memory -------------------------------------------------------------
+
+# Values and envelopes of a real geometry are MiBs; through a pipe each would be pickled,
+# written in 64 KiB pieces and unpickled again. Above this size they travel in a shared
+# memory file instead (one per direction), and the message carries only where they are.
+SHARED_MIN = 1 << 16
+_SHARED_TAG = "__tlkv_shared__"
+
+
+class SharedBuffer:
+    """A memfd both processes map: one side writes large buffers into it, the other reads
+    them. One call is in flight at a time, so each message starts again at offset 0."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._map: mmap.mmap | None = None
+
+    @classmethod
+    def create(cls) -> SharedBuffer | None:
+        try:
+            return cls(os.memfd_create("tlkv-worker", 0))
+        except (AttributeError, OSError):  # no memfd here: everything goes through the pipe
+            return None
+
+    def _mapped(self, size: int, grow: bool) -> mmap.mmap:
+        current = os.fstat(self.fd).st_size
+        if grow and current < size:
+            current = max(size, 2 * current)
+            os.ftruncate(self.fd, current)
+        if self._map is None or len(self._map) != current:
+            if self._map is not None:
+                self._map.close()
+            self._map = mmap.mmap(self.fd, current)
+        return self._map
+
+    def put(self, value: Any) -> Any:
+        """`value` with every large bytes-like in it moved into the buffer (written side)."""
+        large: list[memoryview] = []
+
+        def collect(item: Any) -> Any:
+            if isinstance(item, bytes | bytearray | memoryview) and len(item) >= SHARED_MIN:
+                large.append(memoryview(item).cast("B"))
+                return (_SHARED_TAG, len(large) - 1)
+            if isinstance(item, tuple | list):
+                return type(item)(collect(i) for i in item)
+            return item
+
+        shaped = collect(value)
+        if not large:
+            return shaped
+        region = self._mapped(sum(len(v) for v in large), grow=True)
+        places, offset = [], 0
+        for view in large:
+            region[offset : offset + len(view)] = view
+            places.append((offset, len(view)))
+            offset += len(view)
+
+        def place(item: Any) -> Any:
+            if isinstance(item, tuple) and len(item) == 2 and item[0] == _SHARED_TAG:
+                return (_SHARED_TAG, *places[item[1]])
+            if isinstance(item, tuple | list):
+                return type(item)(place(i) for i in item)
+            return item
+
+        return place(shaped)
+
+    def take(self, value: Any) -> Any:
+        """`value` with every buffer reference replaced by a copy of its bytes (read side)."""
+
+        def restore(item: Any) -> Any:
+            if isinstance(item, tuple) and len(item) == 3 and item[0] == _SHARED_TAG:
+                _, offset, length = item
+                return bytes(self._mapped(offset + length, grow=False)[offset : offset + length])
+            if isinstance(item, tuple | list):
+                return type(item)(restore(i) for i in item)
+            return item
+
+        return restore(value)
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        os.close(self.fd)
+
+
 # -- the worker side ---------------------------------------------------------------------------
 
 
-def _serve(fd_in: int, fd_out: int, session_file: str) -> None:
+def _serve(fd_in: int, fd_out: int, session_file: str, requests: int, replies: int) -> None:
     Session = _load_file("tlkv_worker_session", Path(session_file)).Session
     session: Any = None
+    inbox = SharedBuffer(requests) if requests >= 0 else None
+    outbox = SharedBuffer(replies) if replies >= 0 else None
     # Buffered, so a request's length and body usually arrive in one read.
     reader = open(fd_in, "rb", buffering=1 << 16)  # noqa: SIM115 - lives as long as the worker
     while True:
@@ -98,6 +187,8 @@ def _serve(fd_in: int, fd_out: int, session_file: str) -> None:
         if len(header) < _LENGTH.size:
             return  # the parent closed the pipe: we are done
         op, args = pickle.loads(reader.read(_LENGTH.unpack(header)[0]))
+        if inbox is not None:
+            args = inbox.take(args)
         try:
             if op == LOAD:
                 session = Session(*args)
@@ -116,6 +207,8 @@ def _serve(fd_in: int, fd_out: int, session_file: str) -> None:
             import traceback
 
             reply = (BUG, "".join(traceback.format_exception(exc)))
+        if outbox is not None and reply[0] == OK:
+            reply = (OK, outbox.put(reply[1]))
         payload = pickle.dumps(reply, protocol=_PROTOCOL)
         _write_all(fd_out, _LENGTH.pack(len(payload)) + payload)
 
@@ -143,7 +236,7 @@ def _worker_main(argv: list[str]) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     except (ImportError, ValueError, OSError):
         pass
-    _serve(fd_in, fd_out, argv[4])
+    _serve(fd_in, fd_out, argv[4], int(argv[5]), int(argv[6]))
 
 
 # -- the parent side ---------------------------------------------------------------------------
@@ -247,6 +340,8 @@ class WorkerChannel:
         self.loss = ""
         self._proc: subprocess.Popen[bytes] | None = None
         self._wfd = self._rfd = self._pidfd = -1
+        self._outbox: SharedBuffer | None = None  # large request buffers, to the worker
+        self._inbox: SharedBuffer | None = None  # large reply buffers, from it
         self._log: Any = None
         self._poll = select.poll()
         self._faults: dict[str, list[str]] = {}  # op -> how its last consecutive calls ended
@@ -265,11 +360,16 @@ class WorkerChannel:
         script = Path(__file__).resolve()
         command = [sys.executable, "-c", _BOOTSTRAP, str(script)]
         command += [str(request_r), str(reply_w), str(os.getpid()), str(self.memory_limit)]
-        command.append(str(self.session_file))
+        self._outbox, self._inbox = SharedBuffer.create(), SharedBuffer.create()
+        shared = [b.fd for b in (self._outbox, self._inbox) if b is not None]
+        command += [
+            str(self.session_file),
+            *(str(b.fd if b else -1) for b in (self._outbox, self._inbox)),
+        ]
         try:
             self._proc = subprocess.Popen(
                 command,
-                pass_fds=(request_r, reply_w),
+                pass_fds=(request_r, reply_w, *shared),
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=self._log,
@@ -320,7 +420,8 @@ class WorkerChannel:
 
     def _call(self, op: str, args: Sequence[Any], timeout: float, where: str) -> Any:
         self.generation_lost_in_call = False
-        payload = pickle.dumps((op, tuple(args)), protocol=_PROTOCOL)
+        shaped = self._outbox.put(tuple(args)) if self._outbox is not None else tuple(args)
+        payload = pickle.dumps((op, shaped), protocol=_PROTOCOL)
         mark = os.fstat(self._log.fileno()).st_size  # output from here on is this call's
         try:
             _write_all(self._wfd, _LENGTH.pack(len(payload)) + payload)
@@ -338,7 +439,7 @@ class WorkerChannel:
             self._forget(f"was stopped {where}")
             raise
         if kind == OK:
-            return value
+            return self._inbox.take(value) if self._inbox is not None else value
         if kind == REFUSED:
             raise Refused(*value)
         if kind == FAULT:
@@ -417,6 +518,10 @@ class WorkerChannel:
         if self._log is not None:
             self._log.close()
             self._log = None
+        for box in (self._outbox, self._inbox):
+            if box is not None:
+                box.close()
+        self._outbox = self._inbox = None
 
     def close(self) -> None:
         """Let the worker see the end of its requests and exit (killed if it lingers)."""
