@@ -271,6 +271,29 @@ def _as_pool_bytes(values: np.ndarray, width: int) -> bytes:
     return flat.view(np.uint32).astype("<u4").tobytes()
 
 
+# How NaNs compare (docs/decisions.md): "sign" (a NaN stays a NaN of its sign: the MUST),
+# "quieted" (exactly, or with the quiet bit set: a signalling NaN through IEEE conversions),
+# "exact" (bit for bit, payload included: a SHOULD).
+NAN_POLICIES = ("sign", "quieted", "exact")
+_F32_SIGN, _F32_QUIET = np.uint32(0x80000000), np.uint32(0x00400000)
+_F16_SIGN, _F16_QUIET = np.uint16(0x8000), np.uint16(0x0200)
+
+
+def nan_tolerated(expected: np.ndarray, actual: np.ndarray, nan: str) -> np.ndarray:
+    """Which of the differing bit patterns (u32 of f32, or u16 of f16) `nan` lets pass."""
+    if nan == "exact":
+        return np.zeros(expected.shape, dtype=bool)
+    if expected.dtype == np.uint16:
+        floats, sign, quiet = np.float16, _F16_SIGN, _F16_QUIET
+    else:
+        floats, sign, quiet = np.float32, _F32_SIGN, _F32_QUIET
+    both_nan = np.isnan(expected.view(floats)) & np.isnan(actual.view(floats))
+    same_sign = (expected & sign) == (actual & sign)
+    if nan == "quieted":
+        return both_nan & ((actual == expected) | (actual == (expected | quiet)))
+    return both_nan & same_sign
+
+
 def values_diff(
     expected: np.ndarray,
     actual: np.ndarray,
@@ -278,17 +301,22 @@ def values_diff(
     *,
     block: str | None = None,
     source: ValueSource | None = None,
+    nan: str = "sign",
 ) -> str | None:
-    """Where f32 values [L][2][Hkv][B][D] differ bit for bit (-0.0 and NaN payloads count),
-    shown in the pool's precision `dtype`; None when they are identical. `block` names the
-    block in each line; `source` is the envelope record the expected values came from."""
+    """Where f32 values [L][2][Hkv][B][D] differ bit for bit (-0.0 counts; NaNs as `nan`
+    says, NAN_POLICIES), shown in the pool's precision `dtype`; None when they are the same.
+    `block` names the block in each line; `source` is the envelope record the expected values
+    came from."""
     expected = np.ascontiguousarray(expected, dtype=np.float32)
     actual = np.ascontiguousarray(actual, dtype=np.float32)
     if expected.shape != actual.shape:
         return f"values of shape {actual.shape}, expected {expected.shape}"
     expected_bits = expected.view(np.uint32).ravel()
     actual_bits = actual.view(np.uint32).ravel()
-    differing = np.flatnonzero(expected_bits != actual_bits)
+    unequal = expected_bits != actual_bits
+    if unequal.any():
+        unequal &= ~nan_tolerated(expected_bits, actual_bits, nan)
+    differing = np.flatnonzero(unequal)
     if not differing.size:
         return None
     lines = [

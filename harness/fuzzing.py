@@ -20,6 +20,21 @@ from .exprs import BuildTarget
 from .testee import Testee
 
 SERVER_EXAMPLES = 20  # examples a property runs against a server, whose blocks stay
+FULL_EXAMPLES_UP_TO = 1 << 18  # block elements up to which a property runs every example
+MIN_EXAMPLES = 12
+
+
+def examples_for(testee: Testee) -> int:
+    """How many examples a property runs against `testee` at most: every one the profile
+    draws, except against a server (every block pushed to it stays there for good) and at a
+    large geometry (2 MiB blocks), where fewer examples cost as much as the profile's."""
+    limit = 1 << 30
+    if testee.adapter.keeps_blocks:
+        limit = SERVER_EXAMPLES
+    if testee.geometry is not None and testee.geometry.n_elements > FULL_EXAMPLES_UP_TO:
+        scaled = 60 * FULL_EXAMPLES_UP_TO // testee.geometry.n_elements
+        limit = min(limit, max(MIN_EXAMPLES, scaled))
+    return limit
 
 
 @dataclass
@@ -55,12 +70,9 @@ class FuzzRecorder:
             raise self._failures[key]
         if self._failed_at is not None and time.monotonic() - self._failed_at > self.shrink_seconds:
             return  # over the shrinking budget: not tried
-        if testee.adapter.keeps_blocks:
-            # A server keeps every block pushed to it, for good: each property stores at most
-            # this many examples' worth in it (docs/grpc.md states what a run needs).
-            self._ran += 1
-            if self._ran > SERVER_EXAMPLES and self._failed_at is None:
-                return
+        self._ran += 1
+        if self._ran > examples_for(testee) and self._failed_at is None:
+            return  # enough examples at this geometry: the rest pass untried
         unobservable = None
         try:
             # The strategies draw only specs the schema admits: no validation per example.

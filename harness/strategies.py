@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from . import oracle
 
 U32_MAX = (1 << 32) - 1
+LARGE_BLOCK = 1 << 18  # elements in a block past which an envelope draws at most two
 U64_MAX = (1 << 64) - 1
 EDGE_TOKENS = (0, 1, 65535, 65536, 151935, 1 << 31, U32_MAX)
 EDGE_U32 = (0, 1, 2, 3, 4, 255, 256, 65535, 65536, 1 << 30, (1 << 30) + 1, 1 << 31, U32_MAX)
@@ -103,6 +104,8 @@ def envelope_specs(
     geometry under test, when the implementation serves one)."""
     version = version or draw(st.sampled_from([1, 2]))
     geometry = draw(geometries(realistic, fixed))
+    if oracle.Geometry(*geometry).n_elements > LARGE_BLOCK:
+        max_blocks = min(max_blocks, 2)  # a real geometry's blocks are MiBs each
     blocks = draw(
         st.lists(block_specs(geometry, version), min_size=min_blocks, max_size=max_blocks)
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,6 +62,11 @@ class ReadBack:
     values: np.ndarray
 
 
+def values_digest(values: np.ndarray) -> int:
+    """The CRC-32 of values as f32 little-endian bytes (PoolHandle.read_digest)."""
+    return zlib.crc32(np.ascontiguousarray(values, dtype="<f4").tobytes())
+
+
 class PoolHandle(abc.ABC):
     """One pool of the implementation under test. Refusals raise `Refused`."""
 
@@ -95,6 +101,12 @@ class PoolHandle(abc.ABC):
 
     @abc.abstractmethod
     def import_envelope(self, data: bytes, max_blocks: int) -> list[int]: ...
+
+    def read_digest(self, block: int) -> tuple[int, int, int]:
+        """hash, n_tokens and a CRC-32 of the values' f32 little-endian bytes: what shows that
+        a block did not change (a way in may compute it where the block lives)."""
+        read = self.read(block)
+        return read.block_hash, read.n_tokens, values_digest(read.values)
 
     def write_preload(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int:
         """A block a case starts from (a rejection's pool): written like any other, except

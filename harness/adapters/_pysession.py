@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -61,6 +62,7 @@ class Session:
         "free_blocks": "Pool.free_blocks",
         "write": "Pool.write",
         "read": "Pool.read",
+        "read_digest": "Pool.read",
         "find": "Pool.find",
         "release": "Pool.release",
         "export_bytes": "Pool.export_bytes",
@@ -180,6 +182,11 @@ class Session:
                 f"array of shape {shape}): {exc}"
             ) from None
         return int(block_hash), int(n_tokens), array.astype("<f4").tobytes()
+
+    def read_digest(self, pool_id: int, block: int) -> tuple[int, int, int]:
+        """A read that sends back only a CRC-32 of the values (as _ffi.Session does)."""
+        block_hash, n_tokens, values = self.read(pool_id, block)
+        return block_hash, n_tokens, zlib.crc32(values)
 
     def find(self, pool_id: int, block_hash: int) -> int:
         return _expect("Pool.find", self._method(pool_id, "find", block_hash), int)

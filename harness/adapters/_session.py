@@ -118,6 +118,9 @@ class SessionPool(PoolHandle):
         values = np.frombuffer(raw, dtype=np.dtype("<f4")).reshape(self.geometry.values_shape)
         return ReadBack(block_hash, n_tokens, values)
 
+    def read_digest(self, block: int) -> tuple[int, int, int]:
+        return tuple(self._call("read_digest", block))  # type: ignore[return-value]
+
     def find(self, block_hash: int) -> int:
         return self._call("find", block_hash)
 

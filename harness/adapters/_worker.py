@@ -152,13 +152,18 @@ class SharedBuffer:
 
         return place(shaped)
 
-    def take(self, value: Any) -> Any:
-        """`value` with every buffer reference replaced by a copy of its bytes (read side)."""
+    def take(self, value: Any, copy: bool = True) -> Any:
+        """`value` with every buffer reference replaced by its bytes (read side): a copy, or
+        (`copy=False`, for a call that copies what it keeps) a view that lives until the next
+        message."""
 
         def restore(item: Any) -> Any:
             if isinstance(item, tuple) and len(item) == 3 and item[0] == _SHARED_TAG:
                 _, offset, length = item
-                return bytes(self._mapped(offset + length, grow=False)[offset : offset + length])
+                view = memoryview(self._mapped(offset + length, grow=False))[
+                    offset : offset + length
+                ]
+                return bytes(view) if copy else view
             if isinstance(item, tuple | list):
                 return type(item)(restore(i) for i in item)
             return item
@@ -186,9 +191,11 @@ def _serve(fd_in: int, fd_out: int, session_file: str, requests: int, replies: i
         header = reader.read(_LENGTH.size)
         if len(header) < _LENGTH.size:
             return  # the parent closed the pipe: we are done
+        args = None  # the last request's views of the inbox: gone before it is remapped
         op, args = pickle.loads(reader.read(_LENGTH.unpack(header)[0]))
         if inbox is not None:
-            args = inbox.take(args)
+            # Views, not copies: a session copies what it keeps (ctypes from_buffer_copy).
+            args = inbox.take(args, copy=False)
         try:
             if op == LOAD:
                 session = Session(*args)

@@ -43,6 +43,7 @@ class ExportCase(Case):
     blocks: tuple[BlockPlan, ...]
     expected: bytes
     v2_level: str | None
+    nan: str  # how NaNs compare (harness.diff.NAN_POLICIES)
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
@@ -69,6 +70,7 @@ class ExportCase(Case):
                 blocks=tuple(blocks),
                 expected=computed,
                 v2_level=raw.get("v2_level"),
+                nan=raw.get("nan", "sign"),
             )
         ]
 
@@ -103,8 +105,9 @@ class ExportCase(Case):
                 for index, (plan, block) in enumerate(zip(self.blocks, ids, strict=True)):
                     single = oracle.encode(self.geometry, [plan.as_oracle_block()], self.version)
                     try:
-                        compare_envelopes(single, pool.export([block], self.version), level)
+                        exported = pool.export([block], self.version)
+                        compare_envelopes(single, exported, level, self.nan)
                     except CaseFailure as failure:
                         raise CaseFailure(f"block {index} exported alone: {failure}") from None
                 return
-            compare_envelopes(self.expected, data, level)
+            compare_envelopes(self.expected, data, level, self.nan)

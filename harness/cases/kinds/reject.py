@@ -244,7 +244,8 @@ class RejectCase(Case):
                     f"accepted (block ids {ids}) an envelope it must refuse with "
                     f"{' or '.join(sorted(acceptable))}: {why}"
                 )
-            compare_snapshots(before, snapshot(pool, preload_ids, watched), "the rejected import")
+            after = snapshot(pool, preload_ids, watched, reference=before)
+            compare_snapshots(before, after, "the rejected import")
 
 
 # Envelopes up to this size are expanded in full: every prefix, every bit.

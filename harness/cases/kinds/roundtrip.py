@@ -43,6 +43,7 @@ class RoundtripCase(Case):
     blocks: tuple[BlockPlan, ...]
     expected: bytes
     v2_level: str | None
+    nan: str  # how NaNs compare (harness.diff.NAN_POLICIES)
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
@@ -60,6 +61,7 @@ class RoundtripCase(Case):
                 blocks=tuple(blocks),
                 expected=expected,
                 v2_level=raw.get("v2_level"),
+                nan=raw.get("nan", "sign"),
             )
         ]
 
@@ -86,12 +88,14 @@ class RoundtripCase(Case):
                     source.dtype,
                     f"written block {index} (id {block})",
                     block=f"block {index}",
+                    nan=self.nan,
                 )
             data = source.export(ids, self.version)
         compare_envelopes(
             self.expected,
             data,
             v2_level_for(self.v2_level, testee) if self.version == 2 else "strict",
+            self.nan,
         )
         envelope = oracle.decode(data)
         with testee.adapter.open_pool(self.geometry, n) as target:

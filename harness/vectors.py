@@ -1,0 +1,410 @@
+"""Portable vectors: the bundled corpus as flat JSON, for engines that cannot run Python.
+
+    tlkv-conformance vectors DIR [--geometry BxLxHkvxD]
+
+writes DIR/hash.json, DIR/envelopes.json, DIR/exports.json and DIR/schema.json (the JSON
+Schema 2020-12 of all three, a copy of vectors-schema.json beside this module). docs/vectors.md
+describes the fields. The expected values are the ones the pytest suite checks (the cases as
+built by the loader, confirmed by the oracle), so an engine tested through the vectors and one
+tested through pytest are held to the same answers.
+
+The output is a pure function of the corpus and the geometry: keys sorted, no timestamps, one
+vector a line, so a regenerated set diffs cleanly against a committed one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import corpus, oracle
+from .adapters import GRPC_STATUS_OF
+from .cases import CaseFile, CaseFileError, load_case_file
+from .cases.kinds import (
+    Case,
+    ExportCase,
+    HashCase,
+    HashSequenceCase,
+    ImportCase,
+    NotApplicableCase,
+    RejectCase,
+    RoundtripCase,
+)
+from .exprs import BuildTarget
+from .oracle import Geometry
+
+SCHEMA_FILE = Path(__file__).with_name("vectors-schema.json")
+FORMAT = "tlkv-vectors"
+FORMAT_VERSION = 1
+HASH_FILE = "hash.json"
+ENVELOPES_FILE = "envelopes.json"
+EXPORTS_FILE = "exports.json"
+SCHEMA_OUT = "schema.json"
+ALL_READS = frozenset({1, 2})
+V1_ONLY = frozenset({1})
+# Prefixes and bit flips are kept in full (each its own envelope, so a harness needs no
+# mutation code) while their base envelope is small, as it is at the case files' geometries.
+# At an engine-sized --geometry a thousand copies of a MiB envelope would be gigabytes.
+EXPANSION_MAX_BYTES = 16 * 1024
+# Which output file a case kind's vectors go to (the kinds not listed have no vectors).
+FILE_OF_KIND = {
+    HashCase.kind: HASH_FILE,
+    HashSequenceCase.kind: HASH_FILE,
+    ImportCase.kind: ENVELOPES_FILE,
+    RejectCase.kind: ENVELOPES_FILE,
+    ExportCase.kind: EXPORTS_FILE,
+    RoundtripCase.kind: EXPORTS_FILE,
+}
+EXIT_BROKEN_CASE_FILE = 2
+EXIT_USAGE = 4
+
+
+def _hash_hex(value: int) -> str:
+    # u64 values do not survive a JSON number (a double) in most languages.
+    return f"{value:016x}"
+
+
+def _geometry(geometry: Geometry) -> dict[str, int]:
+    return geometry.as_dict()
+
+
+def _values_hex(values: np.ndarray) -> str:
+    return np.ascontiguousarray(values, dtype="<f4").tobytes().hex()
+
+
+def _block(block_hash: int, n_tokens: int, values: np.ndarray) -> dict[str, Any]:
+    return {
+        "hash": _hash_hex(block_hash),
+        "n_tokens": n_tokens,
+        "values_f32le_hex": _values_hex(values),
+    }
+
+
+@dataclass
+class _Collected:
+    """The vectors of one output file, and the cases it leaves out with the reason."""
+
+    vectors: list[dict[str, Any]] = field(default_factory=list)
+    omitted: list[dict[str, str]] = field(default_factory=list)
+
+
+def _common(case: Case, source: str) -> dict[str, Any]:
+    common: dict[str, Any] = {
+        "kind": case.kind,
+        "source": source,
+        "reqs": list(case.reqs),
+        "level": case.level,
+    }
+    if case.doc:
+        common["doc"] = " ".join(case.doc.split())
+    return common
+
+
+# -- hashes -----------------------------------------------------------------------------------
+
+
+def _hash_vector(case: HashCase, source: str) -> dict[str, Any]:
+    return {
+        **_common(case, source),
+        "parent": _hash_hex(case.parent),
+        "tokens": list(case.tokens),
+        "input_hex": oracle.hash_input(case.parent, case.tokens).hex(),
+        "hash": _hash_hex(case.expected),
+    }
+
+
+def _sequence_vector(case: HashSequenceCase, source: str) -> dict[str, Any]:
+    blocks = []
+    parent = oracle.NO_HASH
+    b = case.block_tokens
+    for index, expected in enumerate(case.expected):
+        tokens = list(case.tokens[index * b : (index + 1) * b])
+        blocks.append(
+            {
+                "parent": _hash_hex(parent),
+                "tokens": tokens,
+                "input_hex": oracle.hash_input(parent, tokens).hex(),
+                "hash": _hash_hex(expected),
+            }
+        )
+        parent = expected
+    return {
+        **_common(case, source),
+        "block_tokens": b,
+        "tokens": list(case.tokens),
+        "blocks": blocks,
+    }
+
+
+# -- envelopes --------------------------------------------------------------------------------
+
+
+def _broken(data: bytes, geometry: Geometry, reads: frozenset[int]) -> list[oracle.ReaderRule]:
+    violations = oracle.find_violations(data, oracle.ReaderProfile(geometry, reads))
+    rules = {v.rule.id: v.rule for v in violations}
+    return [rules[rule_id] for rule_id in sorted(rules)]
+
+
+def _declared_blocks(data: bytes) -> int | None:
+    field_ = oracle.HEADER_FIELDS["n_blocks"]
+    return field_.read(data) if len(data) >= field_.offset + field_.size else None
+
+
+def _limit_codes(case: RejectCase, free: int) -> tuple[list[str], list[str]]:
+    """The caller's-limit refusals the suite also accepts for a rule case (RejectCase's
+    _limit_codes, docs/decisions.md): EINVAL when the header claims more blocks than
+    max_blocks (the C way in only; max_blocks is the pool's capacity), ENOMEM when more than
+    the free blocks."""
+    declared = _declared_blocks(case.data)
+    if case.rules_first or declared is None or not case.rules:
+        return [], []
+    c_codes, grpc_codes = [], []
+    if declared > case.pool.capacity:
+        c_codes.append("EINVAL")
+    if declared > free:
+        c_codes.append("ENOMEM")
+        grpc_codes.append(GRPC_STATUS_OF["ENOMEM"])
+    return sorted(c_codes), sorted(grpc_codes)
+
+
+def _envelope_vector(case: ImportCase | RejectCase, source: str) -> dict[str, Any]:
+    pool = case.pool
+    reads = case.reads or ALL_READS
+    data = case.data
+    broken = _broken(data, pool.geometry, reads)
+    # The suite runs a case that is not marked v1-only against a v1-only reader only where
+    # that reader finds the same rules broken; the flag carries that choice to other harnesses.
+    same_for_v1 = reads == V1_ONLY or [r.id for r in _broken(data, pool.geometry, V1_ONLY)] == [
+        r.id for r in broken
+    ]
+    vector: dict[str, Any] = {
+        **_common(case, source),
+        "envelope_hex": data.hex(),
+        "reader": {"geometry": _geometry(pool.geometry), "read_versions": sorted(reads)},
+        "pool": {
+            "capacity": pool.capacity,
+            "preload": [
+                {"hash": _hash_hex(p.block_hash), "n_tokens": p.n_tokens} for p in pool.preload
+            ],
+        },
+        "broken_rules": [r.id for r in broken],
+        "same_for_v1_only_reader": same_for_v1,
+    }
+    if isinstance(case, ImportCase):
+        envelope = oracle.decode(data, oracle.ReaderProfile(pool.geometry, reads))
+        blocks = []
+        for record in envelope.records:
+            # A reader reads positions past the fill as 0 whatever the bytes there hold.
+            values = np.array(record.decoded.values, dtype=np.float32)
+            values[..., record.n_tokens :, :] = 0
+            blocks.append(_block(record.block_hash, record.n_tokens, values))
+        return {**vector, "result": "valid", "version": envelope.version, "blocks": blocks}
+    free = pool.capacity - len(pool.preload)
+    if case.code is not None:
+        c_codes = [case.code]
+        grpc_codes = [case.grpc or GRPC_STATUS_OF[case.code]]
+    else:
+        c_codes = sorted({r.c_code for r in broken})
+        grpc_codes = sorted({r.grpc_status for r in broken})
+    also_c, also_grpc = _limit_codes(case, free)
+    return {
+        **vector,
+        "result": "invalid",
+        "refused_by": "rules" if broken else "pool",
+        "c_codes": c_codes,
+        "grpc_codes": grpc_codes,
+        "also_allowed": {"c_codes": also_c, "grpc_codes": also_grpc},
+    }
+
+
+# -- exports ----------------------------------------------------------------------------------
+
+
+def _export_vector(case: ExportCase | RoundtripCase, source: str) -> dict[str, Any]:
+    history = getattr(case, "history", ())
+    return {
+        **_common(case, source),
+        "geometry": _geometry(case.geometry),
+        "version": case.version,
+        "history": [_block(p.block_hash, p.n_tokens, p.values) for p in history],
+        "blocks": [_block(p.block_hash, p.n_tokens, p.values) for p in case.blocks],
+        "envelope_hex": case.expected.hex(),
+        "v2_level": case.v2_level,
+        "nan": getattr(case, "nan", "sign"),
+    }
+
+
+# -- the corpus -------------------------------------------------------------------------------
+
+
+def case_files() -> list[Path]:
+    """Every case file of the bundled corpus, in a fixed order."""
+    root = corpus.cases_dir()
+    return sorted(
+        (p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()),
+        key=lambda p: p.relative_to(root).as_posix(),
+    )
+
+
+def _source_file(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(corpus.corpus_root().resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _expanded_from(case: Case) -> tuple[str, int] | None:
+    """What a generated case is (prefixes or bit flips) and the size of the envelope it was
+    expanded from; None for a case that is not generated."""
+    if isinstance(case, RejectCase):
+        variant = case.variant
+        if variant.prefix is not None:
+            return "prefixes", len(variant.base)
+        if variant.flip is not None:
+            return "single-bit flips", len(variant.base)
+    return None
+
+
+def _collect_file(
+    loaded: CaseFile, cases: Iterable[Case], out: dict[str, _Collected], target: str
+) -> None:
+    shown = _source_file(loaded.path)
+    spec_of_line = {spec.origin.line: spec for spec in loaded.specs}
+    too_big: dict[str, tuple[int, str, int]] = {}  # spec id -> (left out, what, base size)
+    for case in cases:
+        source = f"{shown}::{case.id}"
+        spec = spec_of_line.get(case.origin.line)
+        raw_kind = str(spec.raw["kind"]) if spec is not None else case.kind
+        if raw_kind not in FILE_OF_KIND:
+            continue
+        collected = out[FILE_OF_KIND[raw_kind]]
+        if isinstance(case, NotApplicableCase):
+            collected.omitted.append({"source": source, "reason": case.reason})
+            continue
+        expanded = _expanded_from(case)
+        if expanded is not None and expanded[1] > EXPANSION_MAX_BYTES and spec is not None:
+            count = too_big.get(spec.id, (0,))[0]
+            too_big[spec.id] = (count + 1, *expanded)
+            continue
+        if isinstance(case, HashCase):
+            collected.vectors.append(_hash_vector(case, source))
+        elif isinstance(case, HashSequenceCase):
+            collected.vectors.append(_sequence_vector(case, source))
+        elif isinstance(case, ImportCase | RejectCase):
+            collected.vectors.append(_envelope_vector(case, source))
+        elif isinstance(case, ExportCase | RoundtripCase):
+            collected.vectors.append(_export_vector(case, source))
+    for spec_id, (count, what, base) in too_big.items():
+        out[ENVELOPES_FILE].omitted.append(
+            {
+                "source": f"{shown}::{spec_id}",
+                "reason": f"{count} generated cases, {what} of a {base}-byte envelope at "
+                f"{target}: envelopes over {EXPANSION_MAX_BYTES} bytes are not expanded into "
+                "the vectors (a smaller geometry has them)",
+            }
+        )
+
+
+def build_vectors(geometry: Geometry | None = None) -> dict[str, dict[str, Any]]:
+    """The three vector documents, by file name: each case file's cases at its own geometry,
+    or at `geometry` (CaseFile.cases_for). CaseFileError for a broken case file."""
+    out = {name: _Collected() for name in (HASH_FILE, ENVELOPES_FILE, EXPORTS_FILE)}
+    root = corpus.corpus_root()
+    for path in case_files():
+        loaded = load_case_file(path, root)
+        if geometry is None:
+            cases, target = loaded.cases, f"the file's geometry {loaded.default.geometry}"
+        else:
+            cases, target = loaded.cases_for(BuildTarget(geometry)), f"geometry {geometry}"
+        _collect_file(loaded, cases, out, target)
+    documents = {}
+    for name, collected in out.items():
+        documents[name] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "file": name.removesuffix(".json"),
+            "geometry": None if geometry is None else _geometry(geometry),
+            "vectors": collected.vectors,
+            "omitted": collected.omitted,
+        }
+    return documents
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """Sorted keys, ASCII, and each vector on a line of its own (one changed case is one
+    changed line in a diff)."""
+    placeholder = "\x00vectors\x00"
+    head = json.dumps({**document, "vectors": placeholder}, sort_keys=True, ensure_ascii=True)
+    lines = [json.dumps(v, sort_keys=True, ensure_ascii=True) for v in document["vectors"]]
+    body = "[\n" + ",\n".join(lines) + "\n]" if lines else "[]"
+    quoted = json.dumps(placeholder)
+    assert head.count(quoted) == 1
+    return head.replace(quoted, body) + "\n"
+
+
+def write_vectors(out_dir: Path, geometry: Geometry | None = None) -> list[Path]:
+    """Write the corpus's vectors and their schema into `out_dir` (created if needed); the
+    paths written, in a fixed order. CaseFileError for a broken case file."""
+    documents = build_vectors(geometry)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, document in documents.items():
+        path = out_dir / name
+        path.write_text(dumps(document), encoding="ascii", newline="\n")
+        written.append(path)
+    schema = out_dir / SCHEMA_OUT
+    schema.write_bytes(SCHEMA_FILE.read_bytes())
+    written.append(schema)
+    return written
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        # The suite's usage errors exit 4 (README), not argparse's 2, which means a broken
+        # case file here.
+        raise _UsageError(message)
+
+
+def main(argv: Sequence[str]) -> int:
+    """`tlkv-conformance vectors DIR [--geometry BxLxHkvxD]`; the exit status."""
+    parser = _Parser(
+        prog="tlkv-conformance vectors",
+        description="Write the bundled case corpus as portable JSON vectors (docs/vectors.md).",
+    )
+    parser.add_argument("out_dir", metavar="DIR", type=Path, help="where the files go")
+    parser.add_argument(
+        "--geometry",
+        metavar="BxLxHkvxD",
+        help="build every case at this geometry instead of each case file's own",
+    )
+    try:
+        args = parser.parse_args(list(argv))
+        geometry = None if args.geometry is None else Geometry.parse(args.geometry)
+    except (_UsageError, ValueError) as exc:
+        print(f"tlkv-conformance vectors: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    try:
+        written = write_vectors(args.out_dir, geometry)
+    except CaseFileError as exc:
+        print(f"tlkv-conformance vectors: {exc}", file=sys.stderr)
+        return EXIT_BROKEN_CASE_FILE
+    for path in written:
+        print(f"{path} ({path.stat().st_size} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
