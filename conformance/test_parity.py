@@ -85,6 +85,8 @@ def _reqs(test: str, entry: GoldenEntry) -> tuple[str, ...] | None:
         return IMPORT_REQS[entry.version]
     if test == "test_export_v2_pad":
         return ("V2-PAD",) if entry.version == 2 and entry.has_partial else None
+    if test == "test_export_nan_payloads":
+        return ("V1-F16-NAN-PAYLOAD",) if entry.version == 1 and entry.has_nan else None
     reqs = EXPORT_REQS[entry.version]
     if entry.version == 1 and entry.has_partial:
         reqs += ("V1-PAD",)
@@ -201,6 +203,17 @@ def test_export(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
     except CaseFailure as exc:
         note = f" {PAD_NOTE}" if compared != data else ""
         raise CaseFailure(f"export differs from {golden.display} ({level}){note}:\n{exc}") from None
+
+
+@pytest.mark.writer
+def test_export_nan_payloads(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
+    """The blob byte for byte, NaN payloads included (test_export lets a NaN's payload differ
+    as long as it stays a NaN of its sign: the payload is a SHOULD, docs/decisions.md)."""
+    data = _export(testee, golden, len(blob))
+    try:
+        compare_envelopes(blob, data, "strict", nan="exact")
+    except CaseFailure as exc:
+        raise CaseFailure(f"export differs from {golden.display} in NaN payloads:\n{exc}") from None
 
 
 @pytest.mark.writer

@@ -111,6 +111,11 @@ class GoldenEntry:
     def has_partial(self) -> bool:
         return any(b.n_tokens < self.geometry.block_tokens for b in self.blocks)
 
+    @property
+    def has_nan(self) -> bool:
+        """Whether a filled position of a block holds a NaN (whose payload is a SHOULD)."""
+        return any(np.isnan(b.values[..., : b.n_tokens, :]).any() for b in self.oracle_blocks())
+
     def oracle_blocks(self) -> list[oracle.Block]:
         """The blocks a writer is given: hash, fill, and the recipe's values."""
         return [

@@ -135,6 +135,7 @@ def _make_values(recipe: Mapping[str, Any], geometry: Geometry, salt: int = 0) -
         raise ValueError(f"unknown values recipe {name!r}; known: {', '.join(RECIPES)}")
     bits = bits.reshape(shape).copy()
     symbols = geometry_symbols(geometry)
+    wide: list[tuple[tuple[int, ...], int]] = []  # f32 patterns, set after widening
     for override in recipe.get("set", []):
         layer, kv, head, pos, dim = override["at"]
         # Coordinates may be expressions over the geometry ([L-1, V, Hkv-1, B-1, D-1]).
@@ -144,6 +145,12 @@ def _make_values(recipe: Mapping[str, Any], geometry: Geometry, salt: int = 0) -
             raise ValueError(f"set at {override['at']} is outside the block {shape}")
         if "f16_bits" in override:
             bits[index] = override["f16_bits"]
+        elif "f32_bits" in override:
+            wide.append((index, override["f32_bits"]))
         else:
             bits[index] = _to_f16_bits(np.array([override["value"]]))[0]
-    return f16_bits_to_f32(bits)
+    values = f16_bits_to_f32(bits)
+    for index, pattern in wide:
+        # Not f16-representable, as a rule: an f16 pool keeps it rounded (in_pool_precision).
+        values.view(np.uint32)[index] = pattern
+    return values

@@ -162,8 +162,14 @@ class Pool:
         filled = values[..., :n_tokens, :]
         amax = np.abs(filled).max(axis=(3, 4))
         scales = np.where(amax == 0, np.float32(1), amax / np.float32(448)).astype(np.float32)
+        # A tiny slab (amax / 448 not a normal f32): quotients clamped to +-448, and a scale
+        # of 0 made 1.0 (docs/decisions.md, V2-TINY-SLAB).
+        tiny = scales < np.finfo(np.float32).tiny
+        scales = np.where(scales == 0, np.float32(1), scales).astype(np.float32)
+        quotients = filled / scales[..., None, None]
+        quotients = np.where(tiny[..., None, None], np.clip(quotients, -448, 448), quotients)
         codes = np.zeros(self.shape, dtype=np.uint8)
-        codes[..., :n_tokens, :] = _e4m3_encode(filled / scales[..., None, None])
+        codes[..., :n_tokens, :] = _e4m3_encode(quotients)
         return codes.tobytes() + scales.astype("<f4").tobytes()
 
     def export(self, blocks: Sequence[int], version: int) -> bytes:

@@ -30,6 +30,7 @@ TARGETS = {
     "py": ROOT / "reference" / "pyref.py",
     "grpc": ROOT / "reference" / "grpc_server" / "_service.py",
 }
+GRPC_SERVICE = "grpc_server/_service.py"
 # Every mutant run: SHOULD failures count, a hang is cut short, fuzzing is bounded and stable
 # and stops at the first failing example (a verdict is all a mutant run needs).
 SUITE_ARGS = ("--strict", "--call-timeout=3", "--hypothesis-profile=verdict")
@@ -55,6 +56,8 @@ class Mutant:
     sanitize: bool = False
     rule: str | None = None
     server: dict = field(default_factory=dict, hash=False, compare=False)
+    # for grpc mutants: the file under reference/ the patch applies to
+    file: str = GRPC_SERVICE
     # pytest arguments choosing what to run (default: everything; gRPC: GRPC_SUITE)
     args: tuple[str, ...] = ()
 
@@ -133,9 +136,9 @@ def planted(
             ignore=shutil.ignore_patterns("clib", "__pycache__"),
         )
         patched_copy(
-            TARGETS["grpc"],
+            ROOT / "reference" / mutant.file,
             list(mutant.patch),
-            package / MUTANT_PACKAGE / "grpc_server" / "_service.py",
+            package / MUTANT_PACKAGE / mutant.file,
         )
         config = {**DEFAULT_SERVER, **mutant.server}
         b, layers, heads, dim = config["geometry"]
@@ -147,6 +150,8 @@ def planted(
                     f"--n-kv-heads={heads}",
                     f"--head-dim={dim}",
                     f"--capacity={config['capacity']}",
+                    # the copy's engine, so that a mutant of it is the one served
+                    f"--backend=py:{MUTANT_PACKAGE}.pyref",
                     *config["flags"],
                 ],
                 package=MUTANT_PACKAGE,

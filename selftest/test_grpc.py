@@ -204,6 +204,22 @@ def test_payload_of_exactly_4_mib(grpc_server, run_suite):
     } == set(run.passed)
 
 
+@pytest.mark.parametrize(
+    ("geometry", "case"),
+    [
+        ((5, 1, 7, 29960), "valid-payload-over-4-mib-refused"),
+        ((16, 80, 8, 128), "engine-sized-payload-over-4-mib-refused"),
+    ],
+)
+def test_a_valid_payload_over_4_mib_is_refused(grpc_server, run_suite, geometry, case):
+    """At these pools a valid one-block v1 envelope exists that is over 4 MiB: the server
+    refuses it (the client sends it as it is), and the case's stream registers nothing."""
+    server = grpc_server(geometry=geometry, capacity=2)
+    run = run_suite(f"--impl={server.impl}", f"cases/transfer.yaml::{case}")
+    _assert_clean(run, case)
+    assert run.passed == [_transfer_node(case)]
+
+
 def test_transfer_cases_skip_on_other_testees(run_suite):
     run = run_suite("--impl=ref", "cases/transfer.yaml", "-rs")
     assert run.returncode == 0, run.output

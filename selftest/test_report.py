@@ -26,7 +26,7 @@ from selftest.support import ROOT, SuiteRun, patched_copy, run_conformance
 PYREF = ROOT / "reference" / "pyref.py"
 SPEC_EXPORT = "cases/writer-v1.yaml::spec-example"
 SPEC_IMPORT = "cases/reader-v1.yaml::accept-spec-example"
-SNAN_CASE = "cases/writer-v1.yaml::signalling-nan-patterns"
+NAN_CASE = "cases/writer-v1.yaml::nan-payloads-kept"
 
 # A writer that flips the low bit of the second f16 element of every exported block.
 WRONG_F16 = (
@@ -41,12 +41,14 @@ LOST_ELEMENT = (
     "            values.flat[5] = 0\n"
     "            return values",
 )
-# Signalling NaNs quieted on the way in, as a hardware f16 conversion may: only SHOULD-level
-# cases (V1-F16-SNAN) may notice.
-QUIETED_SNAN = (
+# Quiet NaNs written as the default NaN of their sign (payload dropped), as an engine in a
+# default-NaN mode does: only SHOULD-level cases (V1-F16-NAN-PAYLOAD) may notice.
+DEFAULT_NAN = (
     "        kv = np.asarray(kv, dtype=np.float32)\n",
     "        kv = np.asarray(kv, dtype=np.float32).copy()\n"
-    "        kv.view(np.uint32)[np.isnan(kv)] |= np.uint32(0x00400000)\n",
+    "        bits = kv.view(np.uint32)\n"
+    "        quiet = np.isnan(kv) & (bits & np.uint32(0x00400000) != 0)\n"
+    "        bits[quiet] = (bits[quiet] & np.uint32(0x80000000)) | np.uint32(0x7FC00000)\n",
 )
 # A reader (either version) that negates every value it imports.
 NEGATED_IMPORT = (
@@ -152,7 +154,7 @@ def test_planted_bugs_are_named_by_requirement_and_field(tmp_path: Path) -> None
 def should_only(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A module with a bug only SHOULD-level cases catch, and its --impl."""
     folder = tmp_path_factory.mktemp("should")
-    return folder, _plant(folder, "planted_quiet_snan", QUIETED_SNAN)
+    return folder, _plant(folder, "planted_default_nan", DEFAULT_NAN)
 
 
 def test_should_only_failure_exits_0_and_says_so(should_only, tmp_path: Path) -> None:
@@ -162,8 +164,8 @@ def test_should_only_failure_exits_0_and_says_so(should_only, tmp_path: Path) ->
     assert run.returncode == 0, run.output
     assert not _failed(junit)  # a warning is no failure: it never stops -x nor fails a CI job
     assert "SHOULD-level warnings" in run.output  # shown in full, in a section of its own
-    assert SNAN_CASE in run.output[run.output.index("SHOULD-level warnings") :]
-    assert "SHOULD-level failure (V1-F16-SNAN): a warning" in run.output  # in its failure
+    assert NAN_CASE in run.output[run.output.index("SHOULD-level warnings") :]
+    assert "SHOULD-level failure (V1-F16-NAN-PAYLOAD): a warning" in run.output  # in its failure
     assert "not a failed gate; exit status 0 (--strict makes" in run.output
     assert f"{label}: PASS (" in run.output
     # the report
@@ -174,12 +176,12 @@ def test_should_only_failure_exits_0_and_says_so(should_only, tmp_path: Path) ->
         c for c, props in _junit(junit).items() if any(n == "should_failure" for n, _ in props)
     ]
     assert report["summary"]["warnings"] == len(flagged) >= 1
-    cell = _cell(report, "V1-F16-SNAN", label)
+    cell = _cell(report, "V1-F16-NAN-PAYLOAD", label)
     assert (cell["verdict"], cell["gating"]) == ("failed", False)
-    assert "expected nan (01 7c), got nan (01 7e)" in cell["failures"][0]["message"]
+    assert "expected nan (55 7e), got nan (00 7e)" in cell["failures"][0]["message"]
     # JUnit: the failure, its requirement and level, and what it means for the run
-    properties = _junit(junit)["signalling-nan-patterns"]
-    assert ("requirement", "V1-F16-SNAN") in properties
+    properties = _junit(junit)["nan-payloads-kept"]
+    assert ("requirement", "V1-F16-NAN-PAYLOAD") in properties
     assert ("level", "SHOULD") in properties
     assert ("impl", label) in properties
     assert any(name == "should_failure" and "a warning" in value for name, value in properties)
@@ -188,10 +190,10 @@ def test_should_only_failure_exits_0_and_says_so(should_only, tmp_path: Path) ->
 @pytest.mark.parametrize("strict", ["--strict", "-o tlkv_strict=true"])
 def test_should_failure_fails_the_run_with_strict(should_only, tmp_path: Path, strict) -> None:
     folder, impl = should_only
-    run, report, _ = _run(tmp_path, impl, *strict.split(), SNAN_CASE, pythonpath=folder)
+    run, report, _ = _run(tmp_path, impl, *strict.split(), NAN_CASE, pythonpath=folder)
     assert run.returncode == 1, run.output
     assert (report["gate"], report["strict"]) == ("fail", True)
-    assert _cell(report, "V1-F16-SNAN", impl.removeprefix("--impl="))["gating"]
+    assert _cell(report, "V1-F16-NAN-PAYLOAD", impl.removeprefix("--impl="))["gating"]
     assert "it fails the run because of --strict" in run.output
     assert "not a failed gate" not in run.output
 
@@ -203,7 +205,7 @@ def test_should_only_failure_exits_0_under_xdist(should_only, tmp_path: Path) ->
     summary = report["summary"]
     assert (summary["failures"], summary["collection_errors"]) == (0, 0)
     assert summary["warnings"] == summary["tests"]["failed"] >= 1
-    assert ("level", "SHOULD") in _junit(junit)["signalling-nan-patterns"]
+    assert ("level", "SHOULD") in _junit(junit)["nan-payloads-kept"]
 
 
 def test_a_should_warning_does_not_stop_x(should_only, tmp_path: Path) -> None:
@@ -219,8 +221,8 @@ def test_a_should_warning_does_not_stop_x(should_only, tmp_path: Path) -> None:
 
 def test_strict_known_failure_that_passes_still_fails_a_should_case(tmp_path: Path) -> None:
     known = tmp_path / "known.yaml"
-    known.write_text(f"- case: {SNAN_CASE}\n  reason: quieted by F16C (ticket 7)\n")
-    run, report, _ = _run(tmp_path, f"--known-failures={known}", SNAN_CASE)
+    known.write_text(f"- case: {NAN_CASE}\n  reason: default-NaN mode on ARM (ticket 7)\n")
+    run, report, _ = _run(tmp_path, f"--known-failures={known}", NAN_CASE)
     assert run.returncode == 1, run.output
     assert "XPASS(strict)" in run.output
     (test,) = report["tests"]
@@ -233,7 +235,7 @@ def test_strict_known_failure_that_passes_still_fails_a_should_case(tmp_path: Pa
 def test_json_report_structure(should_only, tmp_path: Path) -> None:
     folder, impl = should_only
     label = impl.removeprefix("--impl=")
-    _, report, _ = _run(tmp_path, impl, "--impl=ref", SNAN_CASE, pythonpath=folder)
+    _, report, _ = _run(tmp_path, impl, "--impl=ref", NAN_CASE, pythonpath=folder)
     assert report["format"] == "tlkv-conformance-report"
     assert report["format_version"] == 2
     assert set(report) == {
@@ -268,8 +270,8 @@ def test_json_report_structure(should_only, tmp_path: Path) -> None:
         assert row["text"]
         assert set(row["results"]) == {label, "ref"}
         assert all(cell["verdict"] in verdicts for cell in row["results"].values())
-    assert _cell(report, "V1-F16-SNAN", "ref")["verdict"] == "passed"
-    assert _cell(report, "V1-F16-SNAN", label)["tests"] == {"failed": 1}
+    assert _cell(report, "V1-F16-NAN-PAYLOAD", "ref")["verdict"] == "passed"
+    assert _cell(report, "V1-F16-NAN-PAYLOAD", label)["tests"] == {"failed": 1}
     # the matrix is there (its tests were not selected), and every test with its roles
     assert report["matrix"]["implementations"] == [label, "ref"]
     assert {c["verdict"] for c in report["matrix"]["cells"]} == {"not run"}
@@ -278,7 +280,8 @@ def test_json_report_structure(should_only, tmp_path: Path) -> None:
         ("ref", "passed"),
     }
     assert all(
-        t["requirements"] == ["V1-F16-SNAN"] and t["level"] == "SHOULD" for t in report["tests"]
+        t["requirements"] == ["V1-F16-NAN-PAYLOAD"] and t["level"] == "SHOULD"
+        for t in report["tests"]
     )
 
 

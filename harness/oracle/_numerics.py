@@ -36,8 +36,20 @@ def e4m3_codes_to_f32(codes: np.ndarray) -> np.ndarray:
 
 
 def e4m3_scale(amax: np.float32) -> np.float32:
-    """A v2 writer's slab scale: amax / 448 as an f32 division, 1.0 for an all-zero slab."""
+    """A v2 writer's slab scale: amax / 448 as an f32 division, 1.0 for an all-zero slab, and
+    1.0 where the division underflows to 0 (V2-TINY-SLAB: such a slab is written as all-zero
+    codes; docs/decisions.md)."""
     amax = np.float32(amax)
     if amax == 0:
         return np.float32(1.0)
-    return np.float32(amax / E4M3_MAX)
+    scale = np.float32(amax / E4M3_MAX)
+    return scale if scale != 0 else np.float32(1.0)
+
+
+def e4m3_quotients(values: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """x / scale in f32 for each slab's filled values; where the scale is below the smallest
+    normal f32 (a tiny slab) the quotient may pass 448 and is clamped to +-448 (V2-TINY-SLAB),
+    so that no code is NaN."""
+    quotients = np.asarray(values, dtype=np.float32) / scales[..., np.newaxis, np.newaxis]
+    tiny = (scales < np.finfo(np.float32).tiny)[..., np.newaxis, np.newaxis]
+    return np.where(tiny, np.clip(quotients, -E4M3_MAX, E4M3_MAX), quotients).astype(np.float32)

@@ -9,6 +9,7 @@ import numpy as np
 from ._layout import Geometry
 from ._numerics import (
     e4m3_codes_to_f32,
+    e4m3_quotients,
     e4m3_scale,
     f16_bits_to_f32,
     f32_to_e4m3_codes,
@@ -46,7 +47,7 @@ def encode_payload(geometry: Geometry, version: int, n_tokens: int, values: np.n
         scales = slab_scales(geometry, n_tokens, values)
         codes = np.zeros(geometry.values_shape, dtype=np.uint8)
         codes[..., :n_tokens, :] = f32_to_e4m3_codes(
-            values[..., :n_tokens, :] / scales[..., np.newaxis, np.newaxis]
+            e4m3_quotients(values[..., :n_tokens, :], scales)
         )
         return codes.tobytes() + scales.astype("<f4").tobytes()
     raise ValueError(f"no payload layout for envelope version {version}")

@@ -38,7 +38,8 @@
  * 10. The v2 writer applies the contract's formula literally, also to values it was not
  *     written for: a NaN never raises amax (comparisons with NaN are false) and encodes as
  *     0x7F|sign; an infinite amax gives an infinite scale; an amax so small that amax / 448
- *     is an f32 subnormal or 0 is not special-cased. e4m3 of a magnitude above 464 (the
+ *     is an f32 subnormal has its quotients clamped to +-448, and one where it is 0 is
+ *     written as an all-zero slab (V2-TINY-SLAB). e4m3 of a magnitude above 464 (the
  *     midpoint between 448 and the NaN code) or of +-inf is NaN (0x7F|sign), as in
  *     ml_dtypes' float8_e4m3fn.
  */
@@ -614,6 +615,11 @@ static void export_v2(const tl_kv_pool *pool, uint32_t block, uint8_t *p)
                 amax = a;
         }
         float scale = amax == 0.0f ? 1.0f : amax / 448.0f;
+        /* V2-TINY-SLAB (docs/decisions.md): amax / 448 below FLT_MIN loses precision, so a
+         * quotient may pass 448: clamp it; an amax / 448 of 0 makes an all-zero slab. */
+        int tiny = scale < 1.17549435e-38f;
+        if (scale == 0.0f)
+            scale = 1.0f;
         for (size_t i = 0; i < pool->slab_elems; i++) {
             if (i >= (size_t)n * pool->D) {
                 codes[i] = 0;
@@ -621,6 +627,8 @@ static void export_v2(const tl_kv_pool *pool, uint32_t block, uint8_t *p)
             }
             /* assignment to float drops any excess precision (C11 5.2.4.2.2) */
             float q = elem_load(sv[i]) / scale;
+            if (tiny)
+                q = q > 448.0f ? 448.0f : (q < -448.0f ? -448.0f : q);
             codes[i] = f32_to_e4m3(q);
         }
         put_u32(scales + 4 * s, f32_bits(scale));

@@ -11,6 +11,7 @@ from ...adapters import Capability
 from ...checks import (
     CaseFailure,
     compare_envelopes,
+    in_pool_precision,
 )
 from ...diff import envelope_diff
 from ...errors import NotObservable
@@ -42,6 +43,9 @@ class ExportCase(Case):
     history: tuple[BlockPlan, ...]
     blocks: tuple[BlockPlan, ...]
     expected: bytes
+    # What an f16 pool exports: the same bytes, unless a value is not f16-representable (an
+    # f32 pool's case) and the f16 pool holds it rounded.
+    expected_f16: bytes
     v2_level: str | None
     nan: str  # how NaNs compare (harness.diff.NAN_POLICIES)
 
@@ -53,6 +57,7 @@ class ExportCase(Case):
         history = ctx.plan(geometry, raw.get("history", []), salt=500, fixed=fixed)
         try:
             computed = oracle.encode(geometry, [b.as_oracle_block() for b in blocks], version)
+            in_f16 = oracle.encode(geometry, [_as_held(b, "f16") for b in blocks], version)
         except ValueError as exc:
             raise CaseDataError(str(exc)) from None
         expected = given_bytes(raw.get("expect"), ctx)
@@ -69,6 +74,7 @@ class ExportCase(Case):
                 history=tuple(history),
                 blocks=tuple(blocks),
                 expected=computed,
+                expected_f16=in_f16,
                 v2_level=raw.get("v2_level"),
                 nan=raw.get("nan", "sign"),
             )
@@ -95,6 +101,7 @@ class ExportCase(Case):
                     f"{len(self.expected)} (28 + n * (12 + P) + 4)"
                 )
             level = v2_level_for(self.v2_level, testee) if self.version == 2 else "strict"
+            expected = self.expected_f16 if pool.dtype == "f16" else self.expected
             try:
                 data = pool.export(ids, self.version)
             except NotObservable:
@@ -103,11 +110,17 @@ class ExportCase(Case):
                 # A way in that exports one block per envelope (PullKv): each block's envelope
                 # against the oracle's encoding of that block alone.
                 for index, (plan, block) in enumerate(zip(self.blocks, ids, strict=True)):
-                    single = oracle.encode(self.geometry, [plan.as_oracle_block()], self.version)
+                    held = _as_held(plan, pool.dtype)
+                    single = oracle.encode(self.geometry, [held], self.version)
                     try:
                         exported = pool.export([block], self.version)
                         compare_envelopes(single, exported, level, self.nan)
                     except CaseFailure as failure:
                         raise CaseFailure(f"block {index} exported alone: {failure}") from None
                 return
-            compare_envelopes(self.expected, data, level, self.nan)
+            compare_envelopes(expected, data, level, self.nan)
+
+
+def _as_held(plan: BlockPlan, dtype: str) -> oracle.Block:
+    """The block as a pool of `dtype` holds it (an f16 pool rounds what is not an f16)."""
+    return oracle.Block(plan.block_hash, plan.n_tokens, in_pool_precision(plan.values, dtype))

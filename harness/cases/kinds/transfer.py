@@ -215,7 +215,7 @@ class TransferCase(Case):
     def run(self, testee: Testee) -> None:
         adapter: Any = testee.adapter
         geometry = self.geometry or adapter.geometry
-        if "content" in self.checks and not adapter.has_pull:
+        if self.checks & {"content", "pull_order"} and not adapter.has_pull:
             raise NotObservable("this case compares content; the server does not offer PullKv")
         if "free_blocks" in self.checks and not adapter.has_info:
             raise NotObservable("this case counts free blocks; the server does not offer GetInfo")
@@ -261,6 +261,8 @@ class TransferCase(Case):
         run.expect_free(free_before, stored, "the transfer")
         if "content" in self.checks:
             run.compare_content()
+        if "pull_order" in self.checks:
+            run.expect_pull_order()
 
     def _tampered(self, chunks: list[Any], prompt: _Prompt) -> list[Any]:
         tamper = self.tamper
@@ -409,6 +411,20 @@ class _Run:
         raise CaseFailure(
             f"GetInfo says {after} free blocks after {what}, {before} before; expected {bound}"
         )
+
+    def expect_pull_order(self) -> None:
+        """PullKv of several hashes answers in the order asked (XFER-PULL-ORDER, SHOULD)."""
+        hashes = self.prompt.full_hashes
+        asked = hashes[1:] + hashes[:1] if len(hashes) > 1 else hashes
+        asked = list(reversed(asked))
+        sent = [chunk.block_hash for chunk in self.adapter.pulled(asked, 1)]
+        if sent != asked:
+            raise CaseFailure(
+                "PullKv of "
+                + ", ".join(f"{h:#018x}" for h in asked)
+                + " streamed them in the order "
+                + ", ".join(f"{h:#018x}" for h in sent)
+            )
 
     def compare_content(self) -> None:
         hashes = self.prompt.full_hashes
