@@ -21,6 +21,7 @@ from tlkv_conformance import oracle, plugin
 from tlkv_conformance.adapters import Capability
 from tlkv_conformance.cases import check_imported, plan_blocks
 from tlkv_conformance.checks import CaseFailure, calls_to_testee, compare_envelopes, free_count
+from tlkv_conformance.diagnosis import RefusalEvidence
 from tlkv_conformance.errors import NotObservable, Refused
 
 if TYPE_CHECKING:  # imported plainly, pytest would try to collect the class Testee
@@ -138,11 +139,11 @@ def _check_producer(
 ) -> None:
     expected = oracle.encode(geometry, blocks, v)
     try:
-        compare_envelopes(expected, data, producer.v2_level if v == 2 else "strict")
+        compare_envelopes(expected, data, producer.v2_level if v == 2 else "strict", blocks=blocks)
     except CaseFailure as exc:
-        raise CaseFailure(
+        raise exc.prefixed(
             f"producer {producer.label}: its v{v} export differs from the oracle's encoding of "
-            f"the blocks it was given:\n{exc}"
+            "the blocks it was given:\n"
         ) from None
 
 
@@ -158,9 +159,12 @@ def _check_consumer(
             ids = pool.import_envelope(data, n)
             check_imported(pool, envelope, ids, [], free_before, data)
         except Refused as refusal:
-            raise CaseFailure(f"consumer {consumer.label} refused {what}: {refusal}") from None
+            raise CaseFailure(
+                f"consumer {consumer.label} refused {what}: {refusal}",
+                RefusalEvidence(frozenset(), frozenset(), refusal.code, data),
+            ) from None
         except CaseFailure as failure:
-            raise CaseFailure(f"consumer {consumer.label}, {what}: {failure}") from None
+            raise failure.prefixed(f"consumer {consumer.label}, {what}: ") from None
 
 
 def test_matrix(producer: Testee, consumer: Testee, version: int, block_set: str) -> None:

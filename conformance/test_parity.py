@@ -31,6 +31,13 @@ from tlkv_conformance.checks import (
     expect_free,
     free_count,
 )
+from tlkv_conformance.diagnosis import (
+    NOT_HELD,
+    EnvelopeEvidence,
+    KnownMistake,
+    RefusalEvidence,
+    SizeEvidence,
+)
 from tlkv_conformance.errors import CorruptedGoldenFile, Refused
 from tlkv_conformance.golden import (
     MANIFEST_FILE,
@@ -158,12 +165,16 @@ def _export(testee: Testee, golden: GoldenEntry, expected_size: int) -> bytes:
             try:
                 ids.append(pool.write(block.block_hash, block.n_tokens, block.values))
             except Refused as refusal:
-                raise CaseFailure(f"{golden.display}: writing block {index}: {refusal}") from None
+                raise CaseFailure(
+                    f"{golden.display}: writing block {index}: {refusal}",
+                    RefusalEvidence(frozenset(), frozenset(), refusal.code),
+                ) from None
         size = pool.export_bytes(len(ids), golden.version)
         if size != expected_size:
             raise CaseFailure(
                 f"export_bytes({len(ids)}, v{golden.version}) = {size}, the golden file "
-                f"{golden.display} has {expected_size} bytes"
+                f"{golden.display} has {expected_size} bytes",
+                SizeEvidence(len(ids), golden.version, expected_size, size),
             )
         return pool.export(ids, golden.version)
 
@@ -199,10 +210,14 @@ def test_export(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
     level = testee.v2_level if golden.version == 2 else "strict"
     compared = _without_v2_pad(data, golden) if golden.version == 2 else data
     try:
-        compare_envelopes(blob, compared, level)
+        compare_envelopes(blob, compared, level, blocks=golden.oracle_blocks)
     except CaseFailure as exc:
         note = f" {PAD_NOTE}" if compared != data else ""
-        raise CaseFailure(f"export differs from {golden.display} ({level}){note}:\n{exc}") from None
+        failure = exc.prefixed(f"export differs from {golden.display} ({level}){note}:\n")
+        if compared != data and isinstance(exc.evidence, EnvelopeEvidence):
+            # The diagnosis matches mistakes against the bytes as written, padding included.
+            failure.evidence = EnvelopeEvidence(blob, data, exc.evidence.blocks)
+        raise failure from None
 
 
 @pytest.mark.writer
@@ -211,9 +226,9 @@ def test_export_nan_payloads(testee: Testee, golden: GoldenEntry, blob: bytes) -
     as long as it stays a NaN of its sign: the payload is a SHOULD, docs/decisions.md)."""
     data = _export(testee, golden, len(blob))
     try:
-        compare_envelopes(blob, data, "strict", nan="exact")
+        compare_envelopes(blob, data, "strict", nan="exact", blocks=golden.oracle_blocks)
     except CaseFailure as exc:
-        raise CaseFailure(f"export differs from {golden.display} in NaN payloads:\n{exc}") from None
+        raise exc.prefixed(f"export differs from {golden.display} in NaN payloads:\n") from None
 
 
 @pytest.mark.writer
@@ -228,7 +243,9 @@ def test_export_v2_pad(testee: Testee, golden: GoldenEntry, blob: bytes) -> None
             raise CaseFailure(
                 f"{golden.display} block {index} (n_tokens {golden.blocks[index].n_tokens}): "
                 f"{nonzero.size} of {codes.size} e4m3 codes past the fill are not 0x00 (first "
-                f"{int(codes.ravel()[nonzero[0]]):#04x})"
+                f"{int(codes.ravel()[nonzero[0]]):#04x})",
+                # The whole export, so that the padding is told apart from a layout mistake.
+                EnvelopeEvidence(blob, data, tuple(golden.oracle_blocks())),
             )
 
 
@@ -247,7 +264,10 @@ def test_import(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
         try:
             ids = pool.import_envelope(blob, max(golden.n_blocks, 1))
         except Refused as refusal:
-            raise CaseFailure(f"{golden.display} was refused: {refusal}") from None
+            raise CaseFailure(
+                f"{golden.display} was refused: {refusal}",
+                RefusalEvidence(frozenset(), frozenset(), refusal.code, blob),
+            ) from None
         if len(ids) != golden.n_blocks or len(set(ids)) != len(ids):
             raise CaseFailure(f"import returned block ids {ids} for {golden.n_blocks} blocks")
         expect_free(pool, free_before, -len(ids), f"importing {golden.display}")
@@ -281,6 +301,15 @@ def _check_registered(pool: PoolHandle, block_hash: int, where: str) -> None:
     try:
         found = pool.find(block_hash)
     except Refused as refusal:
-        raise CaseFailure(f"{where}: hash {block_hash:#x} is not registered: {refusal}") from None
+        raise CaseFailure(
+            f"{where}: hash {block_hash:#x} is not registered: {refusal}",
+            KnownMistake(
+                "import-not-registered",
+                "imported blocks stored but their hashes not registered",
+                ("READ-ACCEPT",),
+                f"find({block_hash:#x}) refused with {refusal.code} after import",
+                yields_to=NOT_HELD,
+            ),
+        ) from None
     if pool.read(found).block_hash != block_hash:
         raise CaseFailure(f"{where}: find({block_hash:#x}) gives block {found} of another hash")

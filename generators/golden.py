@@ -50,6 +50,8 @@ VOCAB = 128_256  # a Llama-3-sized vocabulary, so token ids look like real ones
 BOS = 128_000
 TOKEN_SALT = 0x70C5  # keeps token draws apart from value draws that share a seed
 WRAP = 100
+# tl.kv.v1 moves each block in a KvChunk of its own, whose payload is at most 4 MiB (docs/grpc.md).
+MAX_CHUNK_PAYLOAD = 4 * 1024 * 1024
 
 Recipe = dict[str, Any]
 BlockSpec = tuple[Sequence[int] | None, int, Recipe]  # tokens (or None), n_tokens, values
@@ -771,6 +773,32 @@ def new_folder(
     return write_folder(out, title, [_entry_of(d, out) for d in drafts])
 
 
+def chunk_warning(entries: Sequence[GoldenEntry]) -> str | None:
+    """One line when some blob's blocks are over 4 MiB each as a one-block envelope: a replay
+    over gRPC sends every block in a KvChunk of its own, and such a block does not fit one."""
+    over = [
+        e
+        for e in entries
+        if e.n_blocks and e.geometry.envelope_size(1, e.version) > MAX_CHUNK_PAYLOAD
+    ]
+    if not over:
+        return None
+    first = over[0]
+    size = first.geometry.envelope_size(1, first.version)
+    others = f" and {len(over) - 1} more" if len(over) > 1 else ""
+    return (
+        f"warning: {first.file}{others}: a block of {first.geometry} in v{first.version} is "
+        f"{size:,} bytes as a one-block envelope, over the 4 MiB of a KvChunk: it cannot cross "
+        "a single KvChunk over gRPC, so these blobs replay through ctypes or py, not over gRPC"
+    )
+
+
+def _warn_of_chunks(entries: Sequence[GoldenEntry]) -> None:
+    warning = chunk_warning(entries)
+    if warning:
+        print(warning, file=sys.stderr)
+
+
 def _summary(entries: Sequence[GoldenEntry]) -> str:
     total = sum(e.size for e in entries)
     return f"{len(entries)} blobs, {total} bytes ({total / 1024:.1f} KiB)"
@@ -830,6 +858,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"golden vectors match their manifests: {_summary(entries)} under {_shown(root)}")
         return 0
     written = regenerate(root)
+    _warn_of_chunks(written)
     print(f"wrote {_summary(written)} under {_shown(root)}")
     return 0
 
@@ -851,6 +880,7 @@ def _new(args: argparse.Namespace, root: Path) -> int:
         print(f"{_shown(out)} exists; pick another --name or --out, or --force", file=sys.stderr)
         return 2
     entries = new_folder(out, args.name, geometry, args.version, args.blocks)
+    _warn_of_chunks(entries)
     for entry in entries:
         blocks = f"{entry.n_blocks} block{'' if entry.n_blocks == 1 else 's'}"
         print(f"  {entry.file:24} {entry.size:>10} bytes  {blocks}")

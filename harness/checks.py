@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -14,6 +14,17 @@ import pytest
 from . import oracle
 from .adapters import PoolHandle, ReadBack
 from .adapters._base import values_digest
+from .adapters._pysession import CALLER_ARRAY_CHANGED
+from .diagnosis import (
+    CountEvidence,
+    EnvelopeEvidence,
+    Evidence,
+    FaultEvidence,
+    KnownMistake,
+    PoolChangeEvidence,
+    RefusalEvidence,
+    ValuesEvidence,
+)
 from .diff import ValueSource, envelope_diff, nan_tolerated, values_diff
 from .errors import ImplementationFault, NotObservable, Refused
 
@@ -35,7 +46,16 @@ __all__ = [
 
 
 class CaseFailure(AssertionError):
-    """The implementation's behaviour differs from the expectation; the message says how."""
+    """The implementation's behaviour differs from the expectation; the message says how, and
+    `evidence` keeps what the check saw, for the diagnosis (tlkv_conformance.diagnosis)."""
+
+    def __init__(self, message: str, evidence: Evidence | None = None) -> None:
+        super().__init__(message)
+        self.evidence = evidence
+
+    def prefixed(self, prefix: str, suffix: str = "") -> CaseFailure:
+        """The same failure, its message between `prefix` and `suffix`."""
+        return CaseFailure(f"{prefix}{self}{suffix}", self.evidence)
 
 
 @contextmanager
@@ -48,23 +68,42 @@ def calls_to_testee(who: str = "") -> Iterator[None]:
     except NotObservable as exc:
         pytest.skip(f"{prefix}{exc}")
     except ImplementationFault as exc:
-        raise CaseFailure(f"{prefix}implementation fault: {exc}") from None
+        evidence = (
+            KnownMistake(
+                "write-into-caller",
+                "write changes the caller's array (the contract says it copies)",
+                ("POOL-WRITE-COPIES",),
+            )
+            if CALLER_ARRAY_CHANGED in str(exc)
+            else FaultEvidence(str(exc))
+        )
+        raise CaseFailure(f"{prefix}implementation fault: {exc}", evidence) from None
     except Refused as refusal:
-        raise CaseFailure(f"{prefix}unexpected refusal: {refusal}") from None
+        raise CaseFailure(
+            f"{prefix}unexpected refusal: {refusal}",
+            RefusalEvidence(frozenset(), frozenset(), refusal.code),
+        ) from None
 
 
-def refused_with(expected: str, call: str, action: Callable[[], T]) -> None:
-    """Run `action`, which must be refused with `expected`."""
+def refused_with(
+    expected: str, call: str, action: Callable[[], T], rules: Iterable[str] = ()
+) -> None:
+    """Run `action`, which must be refused with `expected` (`rules`: the requirements that
+    demand the refusal, for the diagnosis)."""
     try:
         result = action()
     except Refused as refusal:
         if refusal.code != expected:
             raise CaseFailure(
                 f"{call}: refused with {refusal.code}, expected {expected}"
-                + (f" ({refusal.detail})" if refusal.detail else "")
+                + (f" ({refusal.detail})" if refusal.detail else ""),
+                RefusalEvidence(frozenset(rules), frozenset({expected}), refusal.code),
             ) from None
         return
-    raise CaseFailure(f"{call}: succeeded (returned {result!r}), expected refusal {expected}")
+    raise CaseFailure(
+        f"{call}: succeeded (returned {result!r}), expected refusal {expected}",
+        RefusalEvidence(frozenset(rules), frozenset({expected}), None),
+    )
 
 
 def in_pool_precision(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -82,12 +121,23 @@ def compare_values(
     block: str | None = None,
     source: ValueSource | None = None,
     nan: str = "sign",
+    n_tokens: int | None = None,
+    written: np.ndarray | None = None,
 ) -> None:
     """Bit-exact comparison of f32 values (so -0.0 counts; NaNs as `nan` says), reported in
-    the pool's precision `dtype`; `block`, `source`, `nan` as for `harness.diff.values_diff`."""
+    the pool's precision `dtype`; `block`, `source`, `nan` as for `harness.diff.values_diff`;
+    `n_tokens` (the block's fill) and `written` (what a write gave the pool) for the diagnosis."""
     problem = values_diff(expected, actual, dtype, block=block, source=source, nan=nan)
     if problem is not None:
-        raise CaseFailure(f"{where}: {problem}")
+        evidence = ValuesEvidence(
+            expected,
+            actual,
+            expected.shape[-2] if n_tokens is None else n_tokens,
+            dtype,
+            None if source is None else (source.data, source.record_offset),
+            written,
+        )
+        raise CaseFailure(f"{where}: {problem}", evidence)
 
 
 def compare_readback(
@@ -99,10 +149,12 @@ def compare_readback(
     block: str | None = None,
     source: ValueSource | None = None,
     nan: str = "sign",
+    written: np.ndarray | None = None,
 ) -> None:
     """A block read back against what it should hold: hash, fill, and the values in the pool's
     precision (positions past the fill as 0). `source`: the envelope record it was imported
-    from, quoted in a value diff; `nan`: how NaNs compare (harness.diff.NAN_POLICIES)."""
+    from, quoted in a value diff; `nan`: how NaNs compare (harness.diff.NAN_POLICIES);
+    `written`: the values a write gave the pool (past the fill included), for the diagnosis."""
     if (got.block_hash, got.n_tokens) != (expected.block_hash, expected.n_tokens):
         raise CaseFailure(
             f"{where}: read back hash {got.block_hash:#x}, n_tokens {got.n_tokens}; expected "
@@ -118,6 +170,8 @@ def compare_readback(
         block=block,
         source=source,
         nan=nan,
+        n_tokens=expected.n_tokens,
+        written=written,
     )
 
 
@@ -128,20 +182,26 @@ def _code_ordinal(codes: np.ndarray) -> np.ndarray:
 
 
 def compare_envelopes(
-    expected: bytes, actual: bytes, level: str = "strict", nan: str = "sign"
+    expected: bytes,
+    actual: bytes,
+    level: str = "strict",
+    nan: str = "sign",
+    blocks: Sequence[oracle.Block] | Callable[[], Sequence[oracle.Block]] = (),
 ) -> None:
     """Byte-exact, or for v2 at the tolerant level: header, hashes, fills, scales exact, the
     CRC valid for the bytes written, and each e4m3 element within one code of the expected.
     A v1 f16 NaN may differ as `nan` allows (harness.diff.NAN_POLICIES; the CRC then follows
-    the bytes written)."""
+    the bytes written). `blocks`: what the writer held (in the pool's precision, past each
+    fill included), or a function giving them (called only on a failure), for the diagnosis."""
     if expected == actual or _only_nans_differ(expected, actual, nan):
         return
+    evidence = EnvelopeEvidence(expected, actual, tuple(blocks() if callable(blocks) else blocks))
     if level == "tolerant" and len(expected) == len(actual):
         problem = _tolerant_problem(expected, actual)
         if problem is None:
             return
-        raise CaseFailure(f"v2 (tolerant): {problem}\n{envelope_diff(expected, actual)}")
-    raise CaseFailure(envelope_diff(expected, actual))
+        raise CaseFailure(f"v2 (tolerant): {problem}\n{envelope_diff(expected, actual)}", evidence)
+    raise CaseFailure(envelope_diff(expected, actual), evidence)
 
 
 def _only_nans_differ(expected: bytes, actual: bytes, nan: str) -> bool:
@@ -223,14 +283,18 @@ def free_count(pool: PoolHandle) -> int | None:
         return None
 
 
-def expect_free(pool: PoolHandle, before: int | None, change: int, what: str) -> None:
-    """The free count moved by exactly `change` over `what` (unless it cannot be observed)."""
+def expect_free(
+    pool: PoolHandle, before: int | None, change: int, what: str, released: bool = False
+) -> None:
+    """The free count moved by exactly `change` over `what` (unless it cannot be observed);
+    `released`: `what` released blocks (for the diagnosis)."""
     if before is None:
         return
     after = pool.free_blocks()
     if after != before + change:
         raise CaseFailure(
-            f"free blocks {before} before {what}, {after} after; expected {before + change}"
+            f"free blocks {before} before {what}, {after} after; expected {before + change}",
+            CountEvidence(before + change, after, released),
         )
 
 
@@ -278,7 +342,9 @@ def snapshot(
     return shot
 
 
-def compare_snapshots(before: PoolSnapshot, after: PoolSnapshot, what: str) -> None:
+def compare_snapshots(
+    before: PoolSnapshot, after: PoolSnapshot, what: str, reqs: tuple[str, ...] = ("READ-ATOMIC",)
+) -> None:
     problems = []
     if None not in (before.free, after.free) and after.free != before.free:
         problems.append(f"free blocks {before.free} before, {after.free} after")
@@ -307,4 +373,6 @@ def compare_snapshots(before: PoolSnapshot, after: PoolSnapshot, what: str) -> N
         if changed is not None:
             problems.append(f"existing block {block} changed: {changed}")
     if problems:
-        raise CaseFailure(f"{what} changed the pool: " + "; ".join(problems))
+        raise CaseFailure(
+            f"{what} changed the pool: " + "; ".join(problems), PoolChangeEvidence(reqs)
+        )

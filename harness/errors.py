@@ -24,6 +24,10 @@ class ImplementationFault(Exception):
     """
 
 
+class Quarantined(ImplementationFault):
+    """A call not made: the implementation faulted in it too often before (docs/ctypes.md)."""
+
+
 class CorruptedGoldenFile(Exception):
     """A golden file no longer matches its manifest: the suite's data is broken, not the testee."""
 

@@ -6,6 +6,7 @@ import datetime
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,11 +99,16 @@ class FuzzRecorder:
             hypothesis.reject()
 
 
-def regression_case(spec: dict[str, Any], test: str, testee: str, failure: str) -> dict[str, Any]:
+def regression_case(
+    spec: dict[str, Any], test: str, testee: str, failure: str, blamed: Sequence[str] = ()
+) -> dict[str, Any]:
     """The YAML case for a failing spec: its id is a digest of its content, so writing the same
-    regression twice changes nothing."""
+    regression twice changes nothing. It cites the requirements the failure is `blamed` on
+    (docs/diagnosis.md), when known, rather than all the property cites."""
     body = {k: v for k, v in spec.items() if k != "id"}
     digest = hashlib.sha256(yaml.safe_dump(body, sort_keys=True).encode()).hexdigest()[:10]
+    if blamed:
+        body["reqs"] = list(blamed)
     first_line = failure.strip().splitlines()[0] if failure.strip() else "failed"
     today = datetime.date.today().isoformat()
     return {

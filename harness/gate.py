@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from .cli import COMPLETION_ENV
+from .diagnosis import Cause
 from .known import KnownFailure, known_failures_text, stale_requirement_entries
 from .report import Conformance, Impl, Phase, ResultLog, RunInfo, report_paths
 from .requirements import requirements
@@ -108,6 +109,8 @@ def phase_of(report: pytest.TestReport) -> Phase:
         detail=getattr(report, "tlkv_detail", "") or "",
         warning=bool(getattr(report, "tlkv_warning", False)),
         blamed=tuple(getattr(report, "tlkv_blamed", ()) or ()),
+        causes=tuple(Cause.from_json(c) for c in getattr(report, "tlkv_causes", ()) or ()),
+        symptom=getattr(report, "tlkv_symptom", "") or "",
     )
 
 

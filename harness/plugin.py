@@ -9,23 +9,26 @@ Options live in harness/options.py.
 
 from __future__ import annotations
 
+import platform
 import time
 from pathlib import Path
 from typing import Any
 
 import hypothesis
 import hypothesis.errors
+import numpy as np
 import pytest
 
 from . import corpus, options, profiles
 from .adapters import AdapterSettings, open_adapter, parse_impl
 from .checks import CaseFailure
+from .diagnosis import attribute
 from .errors import ImplementationFault, Refused, SuiteUsageError
 from .fuzzing import FuzzRecorder, case_file_text, regression_case, write_regression
 from .gate import Gate, ReportPathError
 from .items import CaseFile, CaseItem
 from .known import KnownFailure, load_known_failures, stale_test_entries
-from .report import KEY_PROPERTY, is_should_failure, report_paths, warning_note
+from .report import KEY_PROPERTY, headline, is_should_failure, report_paths, warning_note
 from .requirements import level_of, unknown_ids
 from .testee import Testee
 
@@ -126,6 +129,11 @@ def _recorded_settings(config: pytest.Config, run: options.RunSettings) -> dict[
         },
         "implementations": [t.spec.text for t in testees_of(config)],
         "args": list(config.invocation_params.args),
+        # where relative paths in `args` start, and what else chooses the examples drawn
+        "invocation_dir": str(config.invocation_params.dir),
+        "suite": "checkout" if corpus.is_checkout() else "installed",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
     }
 
 
@@ -200,8 +208,13 @@ def _open_testees(config: pytest.Config, run: options.RunSettings) -> list[Teste
                 info = adapter.info()
             except (ImplementationFault, Refused) as exc:
                 adapter.close()
+                hint = (
+                    ""
+                    if spec.geometry is not None
+                    else "; if it serves one pool geometry only, add ,geometry=BxLxHkvxD to --impl"
+                )
                 raise SuiteUsageError(
-                    f"--impl {spec.label}: describing itself failed: {exc}"
+                    f"--impl {spec.label}: describing itself failed: {exc}{hint}"
                 ) from None
             testees.append(Testee(spec, adapter, info, run.v2_level))
     except BaseException:
@@ -230,6 +243,23 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         + (f", geometry {t.geometry} only" if t.geometry else "")
         for t in testees_of(config)
     ]
+    # tl.kv.v1 moves one block per chunk of at most 4 MiB: at a large geometry that limit is
+    # the transport's, not the server's, so it is said once here rather than in every skip.
+    chunk = 4 * 1024 * 1024
+    for t in testees_of(config):
+        g = t.geometry
+        if t.adapter.status_domain != "grpc" or g is None or g.envelope_size(1, 1) <= chunk:
+            continue
+        v1, v2 = g.envelope_size(1, 1), g.envelope_size(1, 2)
+        if 2 in t.info.read_versions and v2 <= chunk:
+            then = "v1 transfer cases are skipped, v2 used where it fits"
+        else:
+            why = f"v2 is {v2:,} bytes" if v2 > chunk else "the server does not read v2"
+            then = f"{why}, so cases that move a block over gRPC are skipped"
+        lines.append(
+            f"tlkv: a one-block v1 envelope of {g} is {v1:,} bytes, over the 4 MiB gRPC "
+            f"chunk: {then}"
+        )
     known = config.stash.get(KNOWN, [])
     lines.append(f"tlkv: {run.describe()}, known failures {len(known) or 'none'}")
     lines.append(
@@ -450,6 +480,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.skipped and not hasattr(report, "wasxfail") and isinstance(report.longrepr, tuple):
         report.longrepr = (str(item.path), None, report.longrepr[2])
     recorder = getattr(item, "funcargs", {}).get("fuzz_case")
+    if report.failed and call.when == "call":
+        _diagnose(item, report, call)
     if report.failed and call.when == "call" and isinstance(recorder, FuzzRecorder):
         failure = str(call.excinfo.value) if call.excinfo else ""
         _report_regression(item, report, recorder, failure)
@@ -462,6 +494,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and call.when == "call":
         _note_should_failure(item, report)
     return report
+
+
+def _diagnose(item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
+    """Blame and probable cause of a failed call (tlkv_conformance.diagnosis): on the report
+    (attributes that travel from an xdist worker, and JUnit properties), and at the top of
+    the failure, which for a CaseFailure starts with its one-line difference and shows no
+    harness traceback."""
+    failure = call.excinfo.value if call.excinfo is not None else None
+    cited = item.stash[REQS][0] if REQS in item.stash else ()
+    attribution = attribute(getattr(failure, "evidence", None), cited)
+    report.tlkv_blamed = list(attribution.blamed)
+    report.tlkv_causes = [cause.as_json() for cause in attribution.causes]
+    report.tlkv_symptom = attribution.symptom
+    # JUnit takes the properties of the teardown report, which copies the item's.
+    properties = [("blamed", ",".join(attribution.blamed))]
+    if attribution.cause is not None:
+        properties.append(("diagnosis", attribution.cause.id))
+    item.user_properties.extend(properties)
+    report.user_properties.extend(properties)
+    if not isinstance(failure, CaseFailure):
+        return
+    message = str(failure)
+    top = "\n".join(filter(None, [headline(message), attribution.headline()]))
+    if isinstance(report.longrepr, str):
+        report.longrepr = f"{top}\n\n{report.longrepr}"
+    else:
+        path, line, _ = item.location
+        report.longrepr = f"{top}\n\n{path}:{(line or 0) + 1}: {item.name}\n{message}"
 
 
 def _bounded_shrink_note(config: pytest.Config, section: tuple[str, str]) -> tuple[str, str]:
@@ -516,7 +576,8 @@ def _report_regression(
         return
     testee = item.funcargs.get("testee")  # type: ignore[attr-defined]
     label = testee.label if isinstance(testee, Testee) else "?"
-    case = regression_case(recorder.last, item.nodeid, label, failure)
+    blamed = getattr(report, "tlkv_blamed", ())
+    case = regression_case(recorder.last, item.nodeid, label, failure, blamed)
     text = case_file_text(case)
     if options.value(item.config, options.WRITE_REGRESSIONS):
         path = write_regression(regressions_dir(item.config), case)

@@ -17,15 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .diagnosis import (
+    MAX_FINDINGS,
+    Attribution,
+    Cause,
+    Finding,
+    consequence_of,
+    findings,
+    settle,
+)
 from .requirements import Requirement, requirements
 
 REPORT_FORMAT = "tlkv-conformance-report"
-REPORT_FORMAT_VERSION = 2
+REPORT_FORMAT_VERSION = 3
 
 # A test's outcome, from its phases; pytest's words, plus "error" for a failed setup/teardown.
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 # A requirement's verdict for one implementation (or a matrix cell), in order of precedence.
-VERDICTS = ("failed", "passed", "xfail", "skipped", "not run")
+VERDICTS = ("failed", "affected", "passed", "xfail", "skipped", "not run")
 ROLES = ("impl", "producer", "consumer")  # which --impl a test ran against, and as what
 
 MAX_MESSAGE_LINES = 60
@@ -80,6 +89,8 @@ class Phase:
     # that it neither stops -x nor fails the run).
     warning: bool = False
     blamed: tuple[str, ...] = ()  # a failure's requirements whose own bytes or fields differ
+    causes: tuple[Cause, ...] = ()  # its probable causes (tlkv_conformance.diagnosis)
+    symptom: str = ""  # what it shows when its evidence cannot say why (a valid envelope refused)
 
 
 @dataclass
@@ -94,6 +105,9 @@ class TestResult:
     level: str | None
     key: str = ""  # the test's corpus id (cases/x.yaml::case), the same wherever it ran
     blamed: tuple[str, ...] = ()  # the requirements whose own bytes or fields differ
+    causes: tuple[Cause, ...] = ()  # probable causes its own evidence shows
+    symptom: str = ""
+    consequence: str = ""  # the run's cause (id) that explains this failure, when it has none
     outcome: str = ""  # until a phase says (OUTCOMES)
     gating: bool = False  # a failure that fails the run (MUST, --strict, error, strict XPASS)
     message: str = ""
@@ -109,6 +123,8 @@ class TestResult:
             **self.roles,
             "requirements": list(self.reqs),
             "blamed": list(self.blamed),
+            "diagnosis": [cause.as_json() for cause in self.causes],
+            "consequence_of": self.consequence or None,
             "level": self.level,
             "outcome": self.outcome,
             "gating": self.gating,
@@ -170,6 +186,8 @@ class ResultLog:
     def _failed(self, result: TestResult, phase: Phase) -> None:
         message = _trim(phase.detail)
         result.blamed = phase.blamed or result.blamed
+        result.causes = phase.causes or result.causes
+        result.symptom = phase.symptom or result.symptom
         if phase.when == "call":
             self.warnings += phase.warning
             result.outcome, result.gating, result.message = "failed", not phase.warning, message
@@ -234,17 +252,25 @@ class Cell:
 
     counts: Counter[str] = field(default_factory=Counter)
     failures: list[TestResult] = field(default_factory=list)
+    # failed tests citing this requirement whose differences lie elsewhere (blamed on others)
+    affected: list[TestResult] = field(default_factory=list)
 
     def add(self, result: TestResult) -> None:
         self.counts[result.outcome] += 1
         if result.outcome in FAILED_LIKE:
             self.failures.append(result)
 
+    def affect(self, result: TestResult) -> None:
+        self.affected.append(result)
+
     @property
     def verdict(self) -> str:
-        """failed if any test failed, else passed if any passed, else xfail, skipped, not run."""
+        """failed if any test failed for it, else affected if tests citing it failed for
+        another requirement, else passed if any passed, else xfail, skipped, not run."""
         if any(self.counts[o] for o in FAILED_LIKE):
             return "failed"
+        if self.affected:
+            return "affected"
         if any(self.counts[o] for o in PASSED_LIKE):
             return "passed"
         if self.counts["xfailed"]:
@@ -260,7 +286,8 @@ class Cell:
         """The verdict in a table: a SHOULD failure that does not fail the run is a warning."""
         if self.verdict == "failed":
             return "FAIL" if self.gating else "warn"
-        return {"passed": "pass", "xfail": "xfail", "skipped": "skip"}.get(self.verdict, "-")
+        shown = {"passed": "pass", "affected": "affected", "xfail": "xfail", "skipped": "skip"}
+        return shown.get(self.verdict, "-")
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -268,6 +295,7 @@ class Cell:
             "gating": self.gating,
             "tests": {o: self.counts[o] for o in OUTCOMES if self.counts[o]},
             "failures": [{"test": f.nodeid, "message": f.message} for f in self.failures],
+            "affected_by": [{"test": f.nodeid, "blamed": list(f.blamed)} for f in self.affected],
         }
 
 
@@ -304,6 +332,21 @@ def _counted_reqs(result: TestResult, table: dict[str, Requirement]) -> tuple[st
     return result.reqs
 
 
+def _diagnose_run(results: Sequence[TestResult]) -> list[Finding]:
+    """The run's probable causes; a failure with no cause of its own whose symptom one of them
+    explains becomes its consequence, blamed on the cause's requirements."""
+    failed = [r for r in results if r.outcome in FAILED_LIKE]
+    attributions = settle({r.nodeid: Attribution(r.causes, r.blamed, r.symptom) for r in failed})
+    found = findings(attributions.items())
+    for result in failed:
+        attribution = attributions[result.nodeid]
+        result.causes, result.blamed = attribution.causes, attribution.blamed
+        cause = consequence_of(attribution, found)
+        if cause is not None:
+            result.consequence, result.blamed = cause.id, cause.reqs
+    return found
+
+
 @dataclass
 class Conformance:
     """Everything the report says, built once at the end of the run."""
@@ -316,6 +359,7 @@ class Conformance:
     collection_errors: list[str] = field(default_factory=list)
     requirement_cells: dict[str, dict[str, Cell]] = field(default_factory=dict)
     matrix: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)  # the run's probable causes
     same: list[SameImplementation] = field(default_factory=list)
 
     @classmethod
@@ -331,12 +375,20 @@ class Conformance:
         results = log.results()
         cells = {rid: {label: Cell() for label in labels} for rid in table}
         matrix = {(p, c): Cell() for p in labels for c in labels} if len(labels) > 1 else {}
+        found = _diagnose_run(results)
         for result in results:
             impl = result.roles.get("impl")
             if impl in labels:
-                for rid in _counted_reqs(result, table):
+                counted = _counted_reqs(result, table)
+                # A failure counts against the requirements it is blamed on; the others it
+                # cites are affected, not failed (docs/report.md, "Diagnosis").
+                blamed = result.blamed if result.outcome in FAILED_LIKE else ()
+                for rid in blamed or counted:
                     if rid in cells:
                         cells[rid][impl].add(result)
+                for rid in counted:
+                    if blamed and rid not in blamed and rid in cells:
+                        cells[rid][impl].affect(result)
             pair = (result.roles.get("producer", ""), result.roles.get("consumer", ""))
             if pair in matrix:
                 matrix[pair].add(result)
@@ -349,6 +401,7 @@ class Conformance:
             list(log.collection_errors),
             cells,
             matrix,
+            found,
         )
         conformance.same = conformance._same_implementations()
         return conformance
@@ -472,6 +525,14 @@ class Conformance:
                 "collection_errors": len(self.collection_errors),
             },
             "collection_errors": self.collection_errors,
+            "start_here": [
+                {
+                    **finding.cause.as_json(),
+                    "shown_by": finding.shown_by,
+                    "consequences": finding.explains,
+                }
+                for finding in self.findings[:MAX_FINDINGS]
+            ],
             "implementations": [
                 {
                     "label": impl.label,
@@ -536,6 +597,7 @@ class Conformance:
     def terminal_lines(self) -> list[str]:
         """The compact summary: one line per implementation, then only what failed."""
         lines = [self._impl_line(impl) for impl in self.impls]
+        lines += self._start_here_lines()
         columns = self._columns()
         if any(len(label) > SHORT_LABEL for label in self.labels):
             lines += [f"  [{n}] = {label}" for n, label in enumerate(self.labels, 1)]
@@ -569,6 +631,24 @@ class Conformance:
         lines += [self._same_line(group) for group in self.same]
         return lines
 
+    def _start_here_lines(self) -> list[str]:
+        if not self.findings:
+            return []
+        lines = ["start here: probable causes, the most failed tests first"]
+        for number, finding in enumerate(self.findings[:MAX_FINDINGS], 1):
+            lines.append(f"  {number}. {self._finding_line(finding)}")
+            if finding.cause.evidence:
+                lines.append(f"     evidence: {finding.cause.evidence}")
+        return lines
+
+    @staticmethod
+    def _finding_line(finding: Finding) -> str:
+        cause = finding.cause
+        tests = f"{finding.tests} failed test{'s' * (finding.tests != 1)}"
+        also = f" ({len(finding.explains)} of them as a consequence)" if finding.explains else ""
+        example = (finding.shown_by or finding.explains)[0]
+        return f"{cause.title} [{', '.join(cause.reqs)}]: {tests}{also}, e.g. {example}"
+
     def _columns(self) -> list[str]:
         if any(len(label) > SHORT_LABEL for label in self.labels):
             return [f"[{n}]" for n in range(1, len(self.labels) + 1)]
@@ -591,7 +671,18 @@ class Conformance:
             result.roles[r] for r in ("producer", "consumer") if r in result.roles
         )
         cited = f"{result.level}: {', '.join(result.reqs)}" if result.reqs else "no requirement"
-        return f"{mark} {result.nodeid} ({who}; {cited}): {headline(result.message)}"
+        blame = self._blame(result)
+        return f"{mark} {result.nodeid} ({who}; {cited}{blame}): {headline(result.message)}"
+
+    @staticmethod
+    def _blame(result: TestResult) -> str:
+        if result.consequence:
+            return f"; a consequence of {result.consequence}"
+        if result.causes:
+            return f"; probable cause {result.causes[0].id}"
+        if result.blamed and set(result.blamed) != set(result.reqs):
+            return f"; blamed on {', '.join(result.blamed)}"
+        return ""
 
     def _same_line(self, group: SameImplementation) -> str:
         who = f"same implementation {group.identity!r}: {', '.join(group.labels)}"
@@ -666,6 +757,12 @@ class Conformance:
                 ]
             )
         out += _markdown_table(rows)
+        if self.findings:
+            out += ["", "## Start here", "", "Probable causes, the most failed tests first:", ""]
+            for number, finding in enumerate(self.findings[:MAX_FINDINGS], 1):
+                out.append(f"{number}. {self._finding_line(finding)}")
+                if finding.cause.evidence:
+                    out.append(f"   Evidence: {finding.cause.evidence}")
         failing = self.failing_requirements()
         if failing:
             out += ["", "## Failing requirements", ""]
@@ -716,7 +813,8 @@ class Conformance:
         out += [
             "",
             "Verdicts: pass, FAIL (fails the run), warn (a SHOULD-level failure, a warning "
-            "unless --strict), xfail (a known failure), skip (not observable through this way "
+            "unless --strict), affected (tests citing it failed, blamed on other requirements), "
+            "xfail (a known failure), skip (not observable through this way "
             "in), - (not run).",
             "",
         ]
@@ -728,6 +826,7 @@ class Conformance:
         cited = ", ".join(result.reqs) or "none"
         return (
             f"{result.outcome}, {verdict}; {roles or 'no implementation'}; {result.level}: {cited}"
+            f"; blamed: {', '.join(result.blamed) or 'none'}{self._blame(result)}"
         )
 
     # -- files ----------------------------------------------------------------------------------

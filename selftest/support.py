@@ -25,6 +25,9 @@ class SuiteRun:
     outcomes: dict[str, str] = field(default_factory=dict)
     messages: dict[str, str] = field(default_factory=dict)  # nodeid -> failure text
     requirements: dict[str, list[str]] = field(default_factory=dict)  # nodeid -> cited ids
+    # a failure's diagnosis (JUnit properties): nodeid -> blamed ids, nodeid -> cause id
+    blamed: dict[str, list[str]] = field(default_factory=dict)
+    diagnoses: dict[str, str] = field(default_factory=dict)
 
     def with_outcome(self, outcome: str) -> list[str]:
         return sorted(node for node, o in self.outcomes.items() if o == outcome)
@@ -47,19 +50,22 @@ def _nodeid(case: ET.Element) -> str:
     return f"{classname}::{name}"
 
 
-def _parse_junit(path: Path) -> tuple[dict[str, str], dict[str, str], dict[str, list[str]]]:
-    outcomes: dict[str, str] = {}
-    messages: dict[str, str] = {}
-    requirements: dict[str, list[str]] = {}
+def _parse_junit(path: Path) -> SuiteRun:
+    """The outcomes, messages and properties of a JUnit file (the exit code and output are
+    left for the caller)."""
+    run = SuiteRun(0, "")
+    outcomes, messages, requirements = run.outcomes, run.messages, run.requirements
     if not path.exists():
-        return outcomes, messages, requirements
+        return run
     for case in ET.parse(path).getroot().iter("testcase"):
         node = _nodeid(case)
-        requirements[node] = [
-            prop.get("value", "")
-            for prop in case.iter("property")
-            if prop.get("name") == "requirement"
-        ]
+        properties = [(p.get("name", ""), p.get("value", "")) for p in case.iter("property")]
+        requirements[node] = [value for name, value in properties if name == "requirement"]
+        for name, value in properties:
+            if name == "blamed":
+                run.blamed[node] = [r for r in value.split(",") if r]
+            elif name == "diagnosis":
+                run.diagnoses[node] = value
         # A SHOULD-level failure is a warning: passed for JUnit, with a should_failure property.
         warned = any(p.get("name") == "should_failure" for p in case.iter("property"))
         outcome = "warned" if warned else "passed"
@@ -71,7 +77,7 @@ def _parse_junit(path: Path) -> tuple[dict[str, str], dict[str, str], dict[str, 
                 kind = child.get("type", "")
                 outcome = "xfailed" if kind == "pytest.xfail" else "skipped"
         outcomes[node] = outcome
-    return outcomes, messages, requirements
+    return run
 
 
 def run_conformance(
@@ -100,10 +106,9 @@ def run_conformance(
     result = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
     )
-    outcomes, messages, requirements = _parse_junit(junit)
-    return SuiteRun(
-        result.returncode, result.stdout + result.stderr, outcomes, messages, requirements
-    )
+    run = _parse_junit(junit)
+    run.returncode, run.output = result.returncode, result.stdout + result.stderr
+    return run
 
 
 def patched_copy(source: Path, replacements: list[tuple[str, str]], out: Path) -> Path:

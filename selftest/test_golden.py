@@ -115,6 +115,18 @@ def test_blobs_are_small() -> None:
     assert total < MAX_TOTAL, f"{total} bytes of golden blobs"
 
 
+def test_new_warns_once_of_blocks_too_large_for_a_grpc_chunk(tmp_path: Path, capsys) -> None:
+    """One v1 block of 1x1x1xD is 28 + 12 + 4 * D + 4 bytes as a one-block envelope: exactly
+    4 MiB at D = 1,048,565 still fits a KvChunk; at D = 1,048,566 (4,194,308 bytes) it does not."""
+    assert generator.main(new_args(tmp_path / "fits", 1, "1", "1", "1", "1048565")) == 0
+    assert capsys.readouterr().err == ""
+    assert generator.main(new_args(tmp_path / "over", 1, "1", "1", "1", "1048566")) == 0
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 1, warnings
+    assert "4,194,308 bytes" in warnings[0]
+    assert "cannot cross a single KvChunk over gRPC" in warnings[0]
+
+
 def test_manifest_floats_read_back_exactly() -> None:
     for value in (0.25, -4.0, 1e-05, 1.5e16, -0.0, 300.0, 2.0**-24):
         text = generator._float(value)

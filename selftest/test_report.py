@@ -134,10 +134,13 @@ def test_planted_bugs_are_named_by_requirement_and_field(tmp_path: Path) -> None
     assert (cell["verdict"], cell["gating"]) == ("failed", True)
     assert export_diff in cell["failures"][0]["message"]
     assert "around offset 42" in cell["failures"][0]["message"]  # the hex window
+    # The import's values differ at a filled position of a v1 record: blamed on the f16
+    # decoding, not on READ-ACCEPT, which the case also cites (affected, not failed).
     reader = _cell(report, "READ-ACCEPT", label)
-    assert reader["verdict"] == "failed"
-    assert import_diff in reader["failures"][0]["message"]
-    assert "the envelope it was imported from, around byte 50" in reader["failures"][0]["message"]
+    assert reader["verdict"] == "affected"
+    assert [f["blamed"] for f in reader["affected_by"]] == [["V1-F16"]]
+    (imported,) = [f for f in cell["failures"] if import_diff in f["message"]]
+    assert "the envelope it was imported from, around byte 50" in imported["message"]
     assert _cell(report, "HASH-FNV", label)["verdict"] == "not run"
     # the Markdown report
     markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
@@ -237,7 +240,7 @@ def test_json_report_structure(should_only, tmp_path: Path) -> None:
     label = impl.removeprefix("--impl=")
     _, report, _ = _run(tmp_path, impl, "--impl=ref", NAN_CASE, pythonpath=folder)
     assert report["format"] == "tlkv-conformance-report"
-    assert report["format_version"] == 2
+    assert report["format_version"] == 3
     assert set(report) == {
         "format",
         "format_version",
@@ -253,6 +256,7 @@ def test_json_report_structure(should_only, tmp_path: Path) -> None:
         "strict",
         "summary",
         "collection_errors",
+        "start_here",
         "implementations",
         "requirements",
         "matrix",
@@ -264,7 +268,7 @@ def test_json_report_structure(should_only, tmp_path: Path) -> None:
     assert "pool f16" in report["implementations"][1]["description"]
     # every requirement, in the file's order, with a verdict for every implementation
     assert [r["id"] for r in report["requirements"]] == list(requirements())
-    verdicts = {"failed", "passed", "xfail", "skipped", "not run"}
+    verdicts = {"failed", "affected", "passed", "xfail", "skipped", "not run"}
     for row in report["requirements"]:
         assert row["level"] in ("MUST", "SHOULD")
         assert row["text"]
@@ -283,6 +287,12 @@ def test_json_report_structure(should_only, tmp_path: Path) -> None:
         t["requirements"] == ["V1-F16-NAN-PAYLOAD"] and t["level"] == "SHOULD"
         for t in report["tests"]
     )
+    # the diagnosis: the planted default NaN, named first, with the test it explains
+    (failed,) = [t for t in report["tests"] if t["outcome"] == "failed"]
+    assert failed["blamed"] == ["V1-F16-NAN-PAYLOAD"]
+    assert [c["id"] for c in failed["diagnosis"]] == ["nan-payload-dropped"]
+    (first,) = report["start_here"]
+    assert (first["id"], first["shown_by"]) == ("nan-payload-dropped", [failed["nodeid"]])
 
 
 # -- JUnit properties and the matrix, through two ways in -------------------------------------

@@ -339,6 +339,14 @@ class GrpcAdapter(Adapter):
 
     def pulled(self, hashes: Sequence[int], kv_format: int) -> list[Chunk]:
         """PullKv's chunks as the server streamed them (crc32c fields checked)."""
+        size = (
+            self.geometry.envelope_size(1, kv_format) if kv_format in oracle.KNOWN_VERSIONS else 0
+        )
+        if size > MAX_PAYLOAD:
+            raise NotObservable(
+                f"PullKv in v{kv_format}: a one-block envelope of the server's geometry is "
+                f"{size} bytes, more than one chunk carries ({MAX_PAYLOAD})"
+            )
         request = kv_pb2.PullKvRequest(block_hashes=list(hashes), kv_format=kv_format)
         messages = self._call(
             "PullKv",
@@ -485,6 +493,7 @@ class GrpcPool(PoolHandle):
         # Preloaded blocks the server was not sent (reused or unreachable): in the case's view
         # of the pool they occupy a block all the same.
         self._unsent = 0
+        self._stored = 0  # blocks this pool stored on the server (its view of a shared pool)
         self._seen_unheld: set[int] = set()  # hashes HasBlocks said were not held, in this pool
         self._registered_since: dict[int, int] = {}  # of those, held later without a write
 
@@ -501,7 +510,15 @@ class GrpcPool(PoolHandle):
         return self.capacity - used - self._unsent
 
     def _room_for(self, n_blocks: int, what: str) -> None:
-        if self._adapter.shared or self._free_at_open is None:
+        if self._adapter.shared:
+            # Other clients use the server: only this pool's own count can say it is full.
+            if self.capacity - self._stored - self._unsent < n_blocks:
+                raise NotObservable(
+                    f"{what}: the case's pool of {self.capacity} blocks would be full, but over "
+                    "a shared server running out of blocks cannot be observed"
+                )
+            return
+        if self._free_at_open is None:
             return  # a refusal for want of room then fails the case with its own status
         server_free = self._adapter.server_info().free_blocks
         if server_free < n_blocks:
@@ -528,7 +545,9 @@ class GrpcPool(PoolHandle):
         block = oracle.Block(block_hash, n_tokens, np.asarray(values, dtype=np.float32))
         payload = oracle.encode(self.geometry, [block], 1)
         self._adapter.fits(payload, f"write(hash {block_hash:#x})")
-        return self._remember(self._adapter._store([(block_hash, payload, 1)]))[0]
+        ids = self._remember(self._adapter._store([(block_hash, payload, 1)]))
+        self._stored += 1
+        return ids[0]
 
     def write_preload(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int:
         """A block a case starts from, written as a prefill engine would not write it twice:
@@ -643,7 +662,9 @@ class GrpcPool(PoolHandle):
             payload = oracle.seal(body)
             adapter.fits(payload, "import")
             singles.append((record.block_hash, payload, envelope.version))
-        return self._remember(adapter._store(singles))
+        ids = self._remember(adapter._store(singles))
+        self._stored += len(ids)
+        return ids
 
     def _push_as_is(self, data: bytes, rejected: oracle.Rejected) -> list[int]:
         """Replay an envelope the oracle rejects as one chunk, exactly as the case made it."""
@@ -652,6 +673,8 @@ class GrpcPool(PoolHandle):
                 "a 0-byte envelope cannot be sent over tl.kv.v1: an empty payload means "
                 "'use your cached copy of block_hash'"
             )
+        # Over 4 MiB the chunk limit answers first (XFER-CHUNK-SIZE), whatever rule it breaks.
+        self._adapter.fits(data, f"an envelope breaking {', '.join(sorted(rejected.rule_ids))}")
         n_blocks = _header_field(data, "n_blocks")
         rules = ", ".join(sorted(rejected.rule_ids))
         several = n_blocks is not None and n_blocks != 1

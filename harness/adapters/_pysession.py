@@ -39,6 +39,7 @@ REQUIRED_POOL_METHODS = (
 # What the suite writes over its own array after Pool.write returns, as a caller reusing its
 # buffer would: a module that kept a reference instead of a copy then reads these back.
 POISON = np.float32(-1.2345e-5)
+CALLER_ARRAY_CHANGED = "Pool.write changed the caller's kv array"
 
 T = TypeVar("T")
 
@@ -163,8 +164,8 @@ class Session:
         )
         if not np.array_equal(values.view(np.uint32), given.view(np.uint32)):
             raise ImplementationFault(
-                "Pool.write changed the caller's kv array (the array belongs to the caller; "
-                "a pool copies what it keeps)"
+                f"{CALLER_ARRAY_CHANGED} (the array belongs to the caller; a pool copies what "
+                "it keeps)"
             )
         values.fill(POISON)  # the caller reuses its buffer: a pool holding a reference sees it
         return block

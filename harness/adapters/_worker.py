@@ -53,11 +53,12 @@ def _load_file(name: str, path: Path) -> Any:
 
 
 if __package__:
-    from ..errors import ImplementationFault, Refused, SuiteUsageError
+    from ..errors import ImplementationFault, Quarantined, Refused, SuiteUsageError
 else:  # the worker: this file run on its own
     _errors = _load_file("tlkv_worker_errors", Path(__file__).resolve().parent.parent / "errors.py")
-    ImplementationFault, Refused, SuiteUsageError = (
+    ImplementationFault, Quarantined, Refused, SuiteUsageError = (
         _errors.ImplementationFault,
+        _errors.Quarantined,
         _errors.Refused,
         _errors.SuiteUsageError,
     )
@@ -401,7 +402,7 @@ class WorkerChannel:
         """Run `Session.<op>(*args)` in the worker (starting one if none is running)."""
         where = f"in {self.calls.get(op, op)}"
         if op in self._quarantined:
-            raise ImplementationFault(f"not called {where}: {self._quarantined[op]}")
+            raise Quarantined(f"not called {where}: {self._quarantined[op]}")
         if self._proc is None:
             self._start()
         try:

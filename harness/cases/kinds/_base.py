@@ -18,6 +18,7 @@ from ...checks import (
     compare_readback,
     expect_free,
 )
+from ...diagnosis import NOT_HELD, KnownMistake, RefusalEvidence
 from ...errors import Refused
 from ...exprs import BuildTarget, resolve_geometry
 from ...testee import Testee
@@ -143,7 +144,10 @@ def write_all(
         try:
             ids.append(write(plan.block_hash, plan.n_tokens, plan.values))
         except Refused as refusal:
-            raise CaseFailure(f"{what} block {index}: {refusal}") from None
+            raise CaseFailure(
+                f"{what} block {index}: {refusal}",
+                RefusalEvidence(frozenset(), frozenset(), refusal.code),
+            ) from None
     return ids
 
 
@@ -262,11 +266,14 @@ def check_imported(
     free_before: int | None,
     data: bytes,
 ) -> None:
+    order = KnownMistake("import-ids", "import returns wrong block ids", ("IMPORT-ORDER",))
     if len(ids) != envelope.n_blocks:
-        raise CaseFailure(f"import returned {len(ids)} block ids for {envelope.n_blocks} blocks")
+        raise CaseFailure(
+            f"import returned {len(ids)} block ids for {envelope.n_blocks} blocks", order
+        )
     if len(set(ids)) != len(ids) or set(ids) & set(preload_ids):
         raise CaseFailure(
-            f"import returned ids {ids}, which repeat or reuse held blocks {preload_ids}"
+            f"import returned ids {ids}, which repeat or reuse held blocks {preload_ids}", order
         )
     expect_free(pool, free_before, -len(ids), f"importing {len(ids)} blocks")
     for record, block in zip(envelope.records, ids, strict=True):
@@ -285,7 +292,14 @@ def check_imported(
             except Refused as refusal:
                 raise CaseFailure(
                     f"imported block {record.index} hash {record.block_hash:#x} is not "
-                    f"registered: {refusal}"
+                    f"registered: {refusal}",
+                    KnownMistake(
+                        "import-not-registered",
+                        "imported blocks stored but their hashes not registered",
+                        ("READ-ACCEPT",),
+                        f"find({record.block_hash:#x}) refused with {refusal.code} after import",
+                        yields_to=NOT_HELD,
+                    ),
                 ) from None
             if pool.read(found).block_hash != record.block_hash:
                 raise CaseFailure(

@@ -13,6 +13,7 @@ from ...checks import (
     compare_envelopes,
     in_pool_precision,
 )
+from ...diagnosis import SizeEvidence
 from ...diff import envelope_diff
 from ...errors import NotObservable
 from ...exprs import is_fixed
@@ -98,7 +99,8 @@ class ExportCase(Case):
             if size != len(self.expected):
                 raise CaseFailure(
                     f"export_bytes({len(ids)}, v{self.version}) = {size}, expected "
-                    f"{len(self.expected)} (28 + n * (12 + P) + 4)"
+                    f"{len(self.expected)} (28 + n * (12 + P) + 4)",
+                    SizeEvidence(len(ids), self.version, len(self.expected), size),
                 )
             level = v2_level_for(self.v2_level, testee) if self.version == 2 else "strict"
             expected = self.expected_f16 if pool.dtype == "f16" else self.expected
@@ -114,11 +116,14 @@ class ExportCase(Case):
                     single = oracle.encode(self.geometry, [held], self.version)
                     try:
                         exported = pool.export([block], self.version)
-                        compare_envelopes(single, exported, level, self.nan)
+                        compare_envelopes(single, exported, level, self.nan, [held])
                     except CaseFailure as failure:
-                        raise CaseFailure(f"block {index} exported alone: {failure}") from None
+                        raise failure.prefixed(f"block {index} exported alone: ") from None
                 return
-            compare_envelopes(expected, data, level, self.nan)
+            dtype = pool.dtype
+            compare_envelopes(
+                expected, data, level, self.nan, lambda: [_as_held(p, dtype) for p in self.blocks]
+            )
 
 
 def _as_held(plan: BlockPlan, dtype: str) -> oracle.Block:

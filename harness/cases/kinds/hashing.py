@@ -11,6 +11,7 @@ from ...adapters import Capability
 from ...checks import (
     CaseFailure,
 )
+from ...diagnosis import HashEvidence
 from ...testee import Testee
 from .._sources import (
     CaseDataError,
@@ -56,7 +57,8 @@ class HashCase(Case):
         if got != self.expected:
             raise CaseFailure(
                 f"block_hash(parent {self.parent:#x}, {len(self.tokens)} tokens) = {got:#018x}, "
-                f"expected {self.expected:#018x}\n{_quote_input(self.parent, list(self.tokens))}"
+                f"expected {self.expected:#018x}\n{_quote_input(self.parent, list(self.tokens))}",
+                HashEvidence(self.parent, self.tokens, self.expected, got),
             )
 
 
@@ -95,6 +97,7 @@ class HashSequenceCase(Case):
             if got != expected:
                 raise CaseFailure(
                     f"block {index} of {len(self.expected)} (B = {b}): hash {got:#018x}, expected "
-                    f"{expected:#018x} (parent {parent:#x})\n{_quote_input(parent, block)}"
+                    f"{expected:#018x} (parent {parent:#x})\n{_quote_input(parent, block)}",
+                    HashEvidence(parent, tuple(block), expected, got),
                 )
             parent = got

@@ -12,7 +12,8 @@ from ...checks import (
     CaseFailure,
     free_count,
 )
-from ...errors import Refused
+from ...diagnosis import FaultEvidence, RefusalEvidence, probe_reader
+from ...errors import ImplementationFault, Quarantined, Refused
 from ...testee import Testee
 from .._sources import (
     CaseDataError,
@@ -75,7 +76,23 @@ class ImportCase(Case):
             try:
                 ids = pool.import_envelope(self.data, self.pool.capacity)
             except Refused as refusal:
-                raise CaseFailure(f"a valid envelope was refused: {refusal}") from None
+                raise CaseFailure(
+                    f"a valid envelope was refused: {refusal}",
+                    RefusalEvidence(
+                        frozenset(),
+                        frozenset(),
+                        refusal.code,
+                        self.data,
+                        probed=probe_reader(pool, self.data, self.pool.capacity),
+                    ),
+                ) from None
+            except ImplementationFault as fault:
+                evidence = (
+                    FaultEvidence(str(fault))
+                    if isinstance(fault, Quarantined)
+                    else RefusalEvidence(frozenset(), frozenset(), "fault", self.data)
+                )
+                raise CaseFailure(f"implementation fault: {fault}", evidence) from None
             # Decoded here, not kept from collection: at a real geometry a decoded block is MiBs.
             envelope = oracle.decode(self.data, oracle.ReaderProfile(self.pool.geometry))
             check_imported(pool, envelope, ids, preload_ids, free_before, self.data)

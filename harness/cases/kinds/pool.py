@@ -15,6 +15,15 @@ from ...checks import (
     in_pool_precision,
     refused_with,
 )
+from ...diagnosis import (
+    NOT_HELD,
+    CountEvidence,
+    Evidence,
+    KnownMistake,
+    RefusalEvidence,
+    SizeEvidence,
+    StaleHashEvidence,
+)
 from ...errors import Refused
 from ...exprs import is_fixed
 from ...testee import Testee
@@ -117,6 +126,9 @@ class _PoolScript:
         self.testee = testee
         self.ids: dict[str, int] = {}
         self.plans: dict[str, BlockPlan] = {}
+        self.done: list[str] = []  # the steps run so far, for the diagnosis
+        self.released: set[int] = set()  # hashes of blocks released
+        self.imported: set[str] = set()  # labels of blocks that came from an import
 
     def block(self, label: str) -> int:
         return self.ids[label]
@@ -126,9 +138,13 @@ class _PoolScript:
             try:
                 getattr(self, "_" + op)(arg)
             except CaseFailure as failure:
-                raise CaseFailure(f"step {number} ({op}): {failure}") from None
+                raise failure.prefixed(f"step {number} ({op}): ") from None
             except Refused as refusal:
-                raise CaseFailure(f"step {number} ({op}): {refusal}") from None
+                raise CaseFailure(
+                    f"step {number} ({op}): {refusal}",
+                    RefusalEvidence(frozenset(), frozenset(), refusal.code),
+                ) from None
+            self.done.append(op)
 
     def _refusal(self, code: str) -> str:
         return self.testee.refusal(code)
@@ -136,7 +152,8 @@ class _PoolScript:
     def _write(self, plan: BlockPlan) -> None:
         write = lambda: self.pool.write(plan.block_hash, plan.n_tokens, plan.values)  # noqa: E731
         if plan.expect:
-            refused_with(self._refusal(plan.expect), "write", write)
+            rule = "POOL-ENOMEM" if plan.expect == "ENOMEM" else "POOL-WRITE-ARGS"
+            refused_with(self._refusal(plan.expect), "write", write, [rule])
             return
         block = write()
         if plan.label:
@@ -149,6 +166,7 @@ class _PoolScript:
                 self._refusal(arg["expect"]),
                 "read",
                 lambda: self.pool.read(self.block(arg["block"])),
+                ["POOL-RELEASE-FREED"],
             )
             return
         plan = self.plans[arg["block"]]
@@ -158,6 +176,7 @@ class _PoolScript:
             self.pool.dtype,
             f"block {arg['block']}",
             block=f"block {arg['block']}",
+            written=plan.values,
         )
 
     def _release(self, arg: Mapping[str, Any]) -> None:
@@ -166,22 +185,48 @@ class _PoolScript:
                 self._refusal(arg["expect"]),
                 "release",
                 lambda: self.pool.release(self.block(arg["block"])),
+                ["POOL-RELEASE-FREED"],
             )
             return
         self.pool.release(self.block(arg["block"]))
+        self.released.add(self.plans[arg["block"]].block_hash)
 
     def _find(self, arg: Mapping[str, Any]) -> None:
         key = arg["hash"]
         block_hash = self.plans[key].block_hash if isinstance(key, str) else key
         expect = arg.get("expect")
         if expect == "ENOTFOUND":
-            refused_with(
-                self._refusal("ENOTFOUND"),
-                f"find({block_hash:#x})",
-                lambda: self.pool.find(block_hash),
-            )
+            try:
+                refused_with(
+                    self._refusal("ENOTFOUND"),
+                    f"find({block_hash:#x})",
+                    lambda: self.pool.find(block_hash),
+                    ["POOL-FIND"],
+                )
+            except CaseFailure as failure:
+                if block_hash not in self.released:
+                    raise
+                raise CaseFailure(
+                    f"{failure} (the block of this hash was released)",
+                    StaleHashEvidence(block_hash),
+                ) from None
             return
-        found = self.pool.find(block_hash)
+        try:
+            found = self.pool.find(block_hash)
+        except Refused as refusal:
+            imported = expect in self.imported
+            raise CaseFailure(
+                f"find({block_hash:#x}) refused with {refusal.code}, expected block {expect}",
+                KnownMistake(
+                    "import-not-registered" if imported else "write-not-registered",
+                    f"{'imported' if imported else 'written'} blocks stored but their hashes "
+                    "not registered",
+                    ("READ-ACCEPT",) if imported else ("POOL-FIND",),
+                    f"find refused with {refusal.code} right after the "
+                    f"{'import' if imported else 'write'}",
+                    yields_to=NOT_HELD,
+                ),
+            ) from None
         if found != self.block(expect):
             raise CaseFailure(
                 f"find({block_hash:#x}) = block {found}, expected {expect} "
@@ -191,7 +236,10 @@ class _PoolScript:
     def _free(self, expected: int) -> None:
         got = self.pool.free_blocks()
         if got != expected:
-            raise CaseFailure(f"free_blocks() = {got}, expected {expected}")
+            raise CaseFailure(
+                f"free_blocks() = {got}, expected {expected}",
+                CountEvidence(expected, got, "release" in self.done),
+            )
 
     def _export(self, arg: Mapping[str, Any]) -> None:
         ids = [self.block(label) for label in arg["blocks"]]
@@ -200,31 +248,48 @@ class _PoolScript:
                 self._refusal(arg["expect"]),
                 f"export v{arg['version']}",
                 lambda: self.pool.export(ids, arg["version"]),
+                ["EXPORT-UNWRITTEN"],
             )
             return
         plans = [self.plans[label].as_oracle_block() for label in arg["blocks"]]
         expected = oracle.encode(self.pool.geometry, plans, arg["version"])
         level = self.testee.v2_level if arg["version"] == 2 else "strict"
-        compare_envelopes(expected, self.pool.export(ids, arg["version"]), level)
+        dtype = self.pool.dtype
+
+        def held() -> list[oracle.Block]:
+            return [
+                oracle.Block(b.block_hash, b.n_tokens, in_pool_precision(b.values, dtype))
+                for b in plans
+            ]
+
+        compare_envelopes(expected, self.pool.export(ids, arg["version"]), level, blocks=held)
 
     def _export_bytes(self, arg: Mapping[str, Any]) -> None:
         got = self.pool.export_bytes(arg["n_blocks"], arg["version"])
         if got != arg["expect"]:
+            evidence: Evidence = (
+                RefusalEvidence(frozenset({"EXPORT-UNWRITTEN"}), frozenset({"0"}), None)
+                if arg["expect"] == 0
+                else SizeEvidence(arg["n_blocks"], arg["version"], arg["expect"], got)
+            )
             raise CaseFailure(
                 f"export_bytes({arg['n_blocks']}, v{arg['version']}) = {got}, "
-                f"expected {arg['expect']}"
+                f"expected {arg['expect']}",
+                evidence,
             )
 
     def _import(self, arg: Mapping[str, Any]) -> None:
         max_blocks = arg.get("max_blocks", self.pool.capacity)
         action = lambda: self.pool.import_envelope(arg["data"], max_blocks)  # noqa: E731
         if arg.get("expect"):
-            refused_with(self._refusal(arg["expect"]), "import", action)
+            rule = {"ENOMEM": "IMPORT-ENOMEM", "EINVAL": "IMPORT-EINVAL"}.get(arg["expect"])
+            refused_with(self._refusal(arg["expect"]), "import", action, [rule] if rule else [])
             return
         ids = action()
         envelope = oracle.decode(arg["data"], oracle.ReaderProfile(self.pool.geometry))
         for label, block, record in zip(arg.get("as", []), ids, envelope.records, strict=False):
             self.ids[label] = block
+            self.imported.add(label)
             # What the pool holds, and so what a later export encodes, is the decoded value
             # in the pool's own precision.
             values = in_pool_precision(record.decoded.values, self.pool.dtype)

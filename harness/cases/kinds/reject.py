@@ -13,7 +13,8 @@ from ...checks import (
     compare_snapshots,
     snapshot,
 )
-from ...errors import Refused
+from ...diagnosis import FaultEvidence, RefusalEvidence, probe_reader
+from ...errors import ImplementationFault, Quarantined, Refused
 from ...testee import Testee
 from .._sources import (
     CaseDataError,
@@ -230,19 +231,51 @@ class RejectCase(Case):
             before = snapshot(pool, preload_ids, watched)
             acceptable = self._acceptable(testee, verdict) | self._limit_codes(testee, before.free)
             why = verdict.detail or f"expected {self.code}"
+            # The rules this envelope breaks for this reader (a generated case names none).
+            rules = self.rules or frozenset(verdict.rule_ids) or frozenset(self.reqs)
             try:
                 ids = pool.import_envelope(self.data, self.pool.capacity)
+            except ImplementationFault as fault:
+                # Not called at all (quarantined after earlier faults): a consequence of those.
+                evidence = (
+                    FaultEvidence(str(fault))
+                    if isinstance(fault, Quarantined)
+                    else RefusalEvidence(rules, frozenset(acceptable), "fault", self.data)
+                )
+                raise CaseFailure(f"implementation fault: {fault}", evidence) from None
             except Refused as refusal:
                 if refusal.code not in acceptable:
                     said = f"; it said: {refusal.detail}" if refusal.detail else ""
+                    # A probe says something only where a CRC refusal is not itself acceptable
+                    # (over gRPC, DATA_LOSS answers a bad CRC and a bad geometry alike).
+                    crc = oracle.READER_RULES["READ-CRC"]
+                    crc_code = (
+                        crc.grpc_status if testee.adapter.status_domain == "grpc" else crc.c_code
+                    )
+                    probed = (
+                        None
+                        if crc_code in acceptable
+                        else probe_reader(
+                            pool, self.data, self.pool.capacity, frozenset(acceptable)
+                        )
+                    )
                     raise CaseFailure(
                         f"refused with {refusal.code}, expected {' or '.join(sorted(acceptable))} "
-                        f"({why}){said}"
+                        f"({why}){said}",
+                        RefusalEvidence(
+                            rules,
+                            frozenset(acceptable),
+                            refusal.code,
+                            self.data,
+                            self.rules_first,
+                            probed,
+                        ),
                     ) from None
             else:
                 raise CaseFailure(
                     f"accepted (block ids {ids}) an envelope it must refuse with "
-                    f"{' or '.join(sorted(acceptable))}: {why}"
+                    f"{' or '.join(sorted(acceptable))}: {why}",
+                    RefusalEvidence(rules, frozenset(acceptable), None, self.data),
                 )
             after = snapshot(pool, preload_ids, watched, reference=before)
             compare_snapshots(before, after, "the rejected import")

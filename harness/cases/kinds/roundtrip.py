@@ -15,6 +15,7 @@ from ...checks import (
     expect_free,
     free_count,
 )
+from ...diagnosis import RefusalEvidence
 from ...errors import Refused
 from ...exprs import is_fixed
 from ...testee import Testee
@@ -96,6 +97,7 @@ class RoundtripCase(Case):
             data,
             v2_level_for(self.v2_level, testee) if self.version == 2 else "strict",
             self.nan,
+            lambda: [p.as_oracle_block() for p in self.blocks],
         )
         envelope = oracle.decode(data)
         with testee.adapter.open_pool(self.geometry, n) as target:
@@ -103,11 +105,14 @@ class RoundtripCase(Case):
             try:
                 imported = target.import_envelope(data, n)
             except Refused as refusal:
-                raise CaseFailure(f"its own export was refused on import: {refusal}") from None
+                raise CaseFailure(
+                    f"its own export was refused on import: {refusal}",
+                    RefusalEvidence(frozenset(), frozenset(), refusal.code, data),
+                ) from None
             check_imported(target, envelope, imported, [], free_before, data)
             for block in imported:
                 target.release(block)
-            expect_free(target, free_before, 0, "importing and releasing every block")
+            expect_free(target, free_before, 0, "importing and releasing every block", True)
 
 
 # -- pool scripts -----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import numpy as np
 from ... import oracle
 from ...adapters import ReadBack
 from ...checks import CaseFailure, ValueSource, compare_readback
+from ...diagnosis import KnownMistake, PoolChangeEvidence, RefusalEvidence
 from ...errors import NotObservable, Refused
 from ...testee import Testee
 from ...values import make_values
@@ -44,6 +45,18 @@ class Tamper:
     crc32c_xor: int = 0
     kv_format: int | None = None
     block_hash_xor: int = 0
+
+    def rules(self) -> frozenset[str]:
+        """The requirements the tampered chunk breaks, as far as the tampering says."""
+        broken = {
+            "XFER-CHUNK-CRC": bool(self.crc32c_xor),
+            "XFER-CHUNK-HASH": bool(self.block_hash_xor),
+            "XFER-FORMAT": self.kv_format is not None,
+            "XFER-CHUNK-ONE": self.payload_blocks is not None,
+            "XFER-EMPTY-UNHELD": self.empty_payload,
+            "XFER-READER": bool(self.mutations),
+        }
+        return frozenset(rule for rule, tampered in broken.items() if tampered)
 
     @classmethod
     def of(cls, raw: Mapping[str, Any] | None) -> Tamper | None:
@@ -227,7 +240,7 @@ class TransferCase(Case):
                 run.prime(self.held)
             self._transfer(run)
         except CaseFailure as failure:
-            raise CaseFailure(f"{failure}\n{prompt.describe()}") from None
+            raise failure.prefixed("", f"\n{prompt.describe()}") from None
 
     def _transfer(self, run: _Run) -> None:
         prompt = run.prompt
@@ -237,6 +250,13 @@ class TransferCase(Case):
         chunks = run.prefill_chunks(held)
         if self.tamper is not None:
             chunks = self._tampered(chunks, prompt)
+        largest = max((len(c.payload) for c in chunks), default=0)
+        if largest > MAX_PAYLOAD and "RESOURCE_EXHAUSTED" not in (self.statuses or ()):
+            # The 4 MiB chunk limit answers first: what this case checks cannot be observed.
+            raise NotObservable(
+                f"a {largest}-byte payload at this geometry is over the 4 MiB chunk limit, "
+                "which answers before what this case checks"
+            )
         free_before = run.free_blocks()
         if self.statuses is not None:
             self._expect_refusal(run, chunks, held, free_before)
@@ -244,7 +264,10 @@ class TransferCase(Case):
         try:
             counts = run.adapter.push(chunks)
         except Refused as refusal:
-            raise CaseFailure(f"the transfer was refused: {refusal}") from None
+            raise CaseFailure(
+                f"the transfer was refused: {refusal}",
+                RefusalEvidence(frozenset(), frozenset(), refusal.code),
+            ) from None
         missing = sum(1 for h in held if not h)
         stored = missing + (1 if self.tail else 0)
         size = prompt.geometry.envelope_size(1, self.version)
@@ -255,7 +278,8 @@ class TransferCase(Case):
                 f"PushKv answered blocks_stored {got[0]}, blocks_reused {got[1]}, payload_bytes "
                 f"{got[2]}; expected {expected[0]}, {expected[1]}, {expected[2]} ({missing} "
                 f"missing full blocks + {1 if self.tail else 0} tail, {size}-byte envelopes, "
-                f"{self.held} held)"
+                f"{self.held} held)",
+                _count_mistake(got, expected, size, self.tail > 0),
             )
         run.expect_held([True] * len(held), "after the transfer")
         run.expect_free(free_before, stored, "the transfer")
@@ -294,19 +318,24 @@ class TransferCase(Case):
         assert self.statuses is not None
         first = self.tamper.chunk if self.tamper is not None else self.held
         assert first is not None
+        rules = frozenset(self.reqs) - AFTERMATH
+        if not rules and self.tamper is not None:  # a case about what a refusal leaves
+            rules = self.tamper.rules()
         try:
             counts = run.adapter.push(chunks)
         except Refused as refusal:
             if refusal.code not in self.statuses:
                 raise CaseFailure(
                     f"refused with {refusal.code}, expected {_listing(self.statuses)}: "
-                    f"{_what(chunks[first], first)} ({refusal.detail})"
+                    f"{_what(chunks[first], first)} ({refusal.detail})",
+                    RefusalEvidence(rules, frozenset(self.statuses), refusal.code),
                 ) from None
         else:
             raise CaseFailure(
                 f"accepted (blocks_stored {counts.blocks_stored}, blocks_reused "
                 f"{counts.blocks_reused}) a transfer it must refuse with "
-                f"{_listing(self.statuses)}: {_what(chunks[first], first)}"
+                f"{_listing(self.statuses)}: {_what(chunks[first], first)}",
+                RefusalEvidence(rules, frozenset(self.statuses), None),
             )
         # The rejected chunk, and any after it, register nothing; blocks held before stay held;
         # with `atomic`, the blocks earlier chunks of the stream stored are gone too. Without it,
@@ -333,7 +362,8 @@ class TransferCase(Case):
                 f"after the refused transfer (chunk {first} refused"
                 + (", and the stream is all or nothing" if self.atomic else "")
                 + "), HasBlocks says: "
-                + "; ".join(wrong)
+                + "; ".join(wrong),
+                PoolChangeEvidence(("XFER-ATOMIC",) if self.atomic else ("XFER-REJECTED",)),
             )
         stored_before = 0 if self.atomic else sum(1 for c in chunks[:first] if c.payload)
         run.expect_free(free_before, stored_before, "the refused transfer", at_most=True)
@@ -367,7 +397,8 @@ class _Run:
             counts = self.adapter.push(chunks)
         except Refused as refusal:
             raise CaseFailure(
-                f"the earlier prompt of {n_blocks} blocks was refused: {refusal}"
+                f"the earlier prompt of {n_blocks} blocks was refused: {refusal}",
+                RefusalEvidence(frozenset(), frozenset(), refusal.code),
             ) from None
         size = self.prompt.geometry.envelope_size(1, self.prompt.version)
         got = (counts.blocks_stored, counts.blocks_reused, counts.payload_bytes)
@@ -381,7 +412,17 @@ class _Run:
     def expect_held(self, expected: list[bool], when: str) -> None:
         got = self.adapter.has_blocks(self.prompt.full_hashes)
         if got != expected:
-            raise CaseFailure(f"HasBlocks {when} says held {got}, expected {expected}")
+            never = not any(got) and any(expected)
+            raise CaseFailure(
+                f"HasBlocks {when} says held {got}, expected {expected}",
+                KnownMistake(
+                    "hasblocks-never-held" if never else "hasblocks-wrong",
+                    "HasBlocks never reports a block as held"
+                    if never
+                    else "HasBlocks answers wrongly which blocks are held",
+                    ("XFER-HASBLOCKS",),
+                ),
+            )
 
     def expect_held_shuffled(self, expected: list[bool]) -> None:
         """The answers follow the request's order, whatever it is."""
@@ -423,7 +464,12 @@ class _Run:
                 "PullKv of "
                 + ", ".join(f"{h:#018x}" for h in asked)
                 + " streamed them in the order "
-                + ", ".join(f"{h:#018x}" for h in sent)
+                + ", ".join(f"{h:#018x}" for h in sent),
+                KnownMistake(
+                    "pull-order",
+                    "PullKv streams blocks in another order than asked",
+                    ("XFER-PULL-ORDER",),
+                ),
             )
 
     def compare_content(self) -> None:
@@ -450,6 +496,24 @@ class _Run:
                 block=f"block {index}",
                 source=ValueSource.of_record(self.prompt.payloads[index], sent),
             )
+
+
+# What a refused transfer must leave behind, as opposed to the rule that refuses it.
+AFTERMATH = frozenset({"XFER-REJECTED", "XFER-ATOMIC", "READ-ATOMIC"})
+
+
+def _count_mistake(
+    got: tuple[int, int, int], expected: tuple[int, int, int], size: int, tail: bool
+) -> KnownMistake:
+    if got[:2] == expected[:2] and tail and got[2] == expected[2] - size:
+        return KnownMistake(
+            "xfer-tail-not-counted",
+            "the partial tail's payload not counted in payload_bytes",
+            ("XFER-BYTES",),
+            f"payload_bytes {got[2]} is one {size}-byte envelope short",
+        )
+    reqs = ("XFER-BYTES",) if got[:2] == expected[:2] else ("XFER-COUNTS",)
+    return KnownMistake("xfer-counts", "PushKv counts wrongly what it stored and reused", reqs)
 
 
 def _what(chunk: Any, index: int) -> str:

@@ -1,0 +1,289 @@
+"""From a failure to the bug: which requirements a failed test is blamed on, and which known
+mistake its differences match (docs/report.md, "Diagnosis").
+
+A failing check attaches what it saw (an `Evidence`) to its `CaseFailure`. `attribute` turns it
+into an `Attribution`: the causes whose signature matches (a mistaken computation done again
+here gives exactly the bytes or values the implementation gave), and the blamed requirements,
+those whose own bytes or fields differ; a difference that follows from another (a CRC that
+differs because the payload does) is not blamed. `findings` gathers a run's causes, with the
+failures each one explains, for the report's "start here" section.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from .. import oracle
+from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
+from ._envelope import envelope_attribution
+from ._evidence import (
+    CountEvidence,
+    EnvelopeEvidence,
+    Evidence,
+    FaultEvidence,
+    HashEvidence,
+    KnownMistake,
+    PoolChangeEvidence,
+    RefusalEvidence,
+    SizeEvidence,
+    StaleHashEvidence,
+    ValuesEvidence,
+)
+from ._probe import probe_reader
+from ._signatures import CRC_CAUSES, hash_causes, reader_crc_cause
+from ._values import values_attribution
+
+__all__ = [
+    "MAX_FINDINGS",
+    "NOT_HELD",
+    "Attribution",
+    "Cause",
+    "CountEvidence",
+    "EnvelopeEvidence",
+    "Evidence",
+    "FaultEvidence",
+    "Finding",
+    "HashEvidence",
+    "KnownMistake",
+    "PoolChangeEvidence",
+    "RefusalEvidence",
+    "SizeEvidence",
+    "StaleHashEvidence",
+    "ValuesEvidence",
+    "attribute",
+    "consequence_of",
+    "findings",
+    "probe_reader",
+    "settle",
+]
+
+MAX_FINDINGS = 5  # causes a report shows first ("start here")
+# A pool that runs out of blocks too early refuses writes and imports for want of room.
+OUT_OF_BLOCKS = frozenset(VALID_REFUSED.format(code=c) for c in ("ENOMEM", "RESOURCE_EXHAUSTED"))
+# A find that fails after an import or a write: over gRPC find is HasBlocks, so a HasBlocks
+# that never says "held" accounts for it when the run shows one.
+NOT_HELD = frozenset({"hasblocks-never-held"})
+
+
+def attribute(evidence: Evidence | None, cited: Sequence[str]) -> Attribution:
+    """The attribution of one failure, from its evidence and the requirements its test cites.
+    Never raises: a diagnosis that cannot be made leaves the blame on what the test cites."""
+    if evidence is None:
+        return Attribution(blamed=tuple(cited), note="no evidence recorded")
+    try:
+        causes, fields, symptom = _analyse(evidence)
+    except Exception as exc:  # a diagnosis must never hide the failure itself
+        return Attribution(blamed=tuple(cited), note=f"diagnosis failed: {exc!r}")
+    if causes:
+        blamed = causes[0].reqs
+    else:
+        # Field requirements the test cites, else the fields' own: a reader case whose values
+        # differ is about V2-DECODE, whatever else it cites.
+        blamed = tuple(r for r in cited if r in fields) or tuple(sorted(fields)) or tuple(cited)
+    return Attribution(tuple(causes), blamed, symptom)
+
+
+def _analyse(evidence: Evidence) -> tuple[list[Cause], set[str], str]:
+    if isinstance(evidence, HashEvidence):
+        causes = hash_causes(evidence.parent, evidence.tokens, evidence.expected, evidence.actual)
+        return causes, {"HASH-INPUT", "HASH-CHAIN", "HASH-FNV", "HASH-ZERO"}, ""
+    if isinstance(evidence, EnvelopeEvidence):
+        return envelope_attribution(evidence.expected, evidence.actual, evidence.blocks)
+    if isinstance(evidence, SizeEvidence):
+        causes = []
+        if evidence.expected - evidence.actual == 4:
+            causes.append(
+                Cause(
+                    "size-without-trailer",
+                    "the envelope's size computed without the 4-byte CRC trailer",
+                    ("ENV-SIZE",),
+                    f"export_bytes({evidence.n_blocks}, v{evidence.version}) = "
+                    f"{evidence.actual}, {evidence.expected} due",
+                )
+            )
+        return causes, {"ENV-SIZE"}, ""
+    if isinstance(evidence, ValuesEvidence):
+        causes, fields = values_attribution(evidence)
+        return causes, fields, ""
+    if isinstance(evidence, RefusalEvidence):
+        return _refusal(evidence)
+    if isinstance(evidence, PoolChangeEvidence):
+        cause = Cause(
+            "non-atomic",
+            "a refused import or transfer leaves changes in the pool (not all or nothing)",
+            evidence.reqs,
+            "the pool differs after the refusal",
+        )
+        return [cause], set(evidence.reqs), ""
+    if isinstance(evidence, CountEvidence):
+        if not evidence.released:  # a write or an import allocated another number
+            return [], {"POOL-WRITE-READ", "READ-ACCEPT", "POOL-REFS"}, ""
+        causes = []
+        if evidence.actual < evidence.expected:
+            causes.append(
+                Cause(
+                    "release-not-freed",
+                    "releasing a block's last reference does not free it",
+                    ("POOL-REFS",),
+                    f"free blocks {evidence.actual} after releases, {evidence.expected} due",
+                    # a pool that runs out of blocks too early refuses writes and imports
+                    frozenset(
+                        VALID_REFUSED.format(code=c) for c in ("ENOMEM", "RESOURCE_EXHAUSTED")
+                    ),
+                )
+            )
+        return causes, {"POOL-REFS"}, ""
+    if isinstance(evidence, FaultEvidence):
+        return [], set(), FAULT
+    if isinstance(evidence, KnownMistake):
+        cause = Cause(
+            evidence.cause,
+            evidence.title,
+            evidence.reqs,
+            evidence.detail,
+            yields_to=evidence.yields_to,
+        )
+        return [cause], set(evidence.reqs), ""
+    if isinstance(evidence, StaleHashEvidence):
+        cause = Cause(
+            "release-keeps-hash",
+            "releasing a block's last reference leaves its hash registered",
+            ("POOL-REFS",),
+            f"find({evidence.block_hash:#x}) still succeeds after the release",
+        )
+        return [cause], {"POOL-REFS"}, ""
+    return [], set(), ""
+
+
+def _refusal(ev: RefusalEvidence) -> tuple[list[Cause], set[str], str]:
+    expected = " or ".join(sorted(ev.expected)) or "success"
+    # In the order a reader applies them (the spec's), so that the first is the check that
+    # should have stopped the input.
+    order = list(oracle.READER_RULES)
+    rules = tuple(sorted(ev.rules, key=lambda r: (order.index(r) if r in order else len(order), r)))
+    if ev.probed is not None:
+        cause = reader_crc_cause(*ev.probed, ev.actual or "")
+        return [cause], set(cause.reqs), ""
+    if not ev.rules:  # a valid input
+        symptom = VALID_REFUSED.format(code=ev.actual) if ev.actual else ""
+        if ev.actual == "fault":
+            cause = Cause("fault-on-valid", "a crash or hang on a valid envelope", ("READ-ACCEPT",))
+            return [cause], {"READ-ACCEPT"}, symptom
+        if ev.actual == "ESHAPE":
+            # ESHAPE is the geometry rule's alone, and the input has the pool's geometry.
+            cause = Cause(
+                "geometry-compared-wrongly",
+                "the envelope's geometry compared with the wrong pool fields",
+                ("READ-GEOMETRY",),
+                "a valid envelope of the pool's own geometry refused with ESHAPE",
+            )
+            return [cause], {"READ-GEOMETRY"}, symptom
+        if ev.actual == "RESOURCE_EXHAUSTED" and not ev.envelope:
+            cause = Cause(
+                "xfer-size-limit-too-low",
+                "a transfer within the 4 MiB chunk limit refused as too large",
+                ("XFER-CHUNK-SIZE",),
+                "a valid transfer refused with RESOURCE_EXHAUSTED",
+            )
+            return [cause], {"XFER-CHUNK-SIZE"}, symptom
+        return [], {"READ-ACCEPT"}, symptom
+    if ev.actual is None:
+        causes = [
+            Cause(
+                f"rule-not-enforced:{rule}",
+                f"{rule} not enforced: input breaking only it accepted",
+                (rule,),
+                f"{expected} was due",
+            )
+            for rule in rules
+        ]
+        return causes, set(rules), ""
+    if ev.actual == "fault":
+        first = rules[0]
+        cause = Cause(
+            f"fault-on:{first}",
+            f"a crash or hang on input breaking {first}",
+            (first,),
+            explains=frozenset({FAULT}),
+        )
+        return [cause], {first}, ""
+    if ev.rules_first and ev.actual in ("EINVAL", "ENOMEM", "RESOURCE_EXHAUSTED"):
+        cause = Cause(
+            "limits-before-rules",
+            "the caller's limits checked before the reader rules",
+            ("READ-RULES-FIRST",),
+            f"refused with {ev.actual} (a limit), {expected} (the rule) due",
+            yields_to=frozenset(f"rule-not-enforced:{rule}" for rule in rules),
+        )
+        return [cause], {"READ-RULES-FIRST"}, ""
+    # A reader whose CRC is wrong refuses every envelope for it, whatever a case is about; one
+    # that misreads the geometry refuses every envelope with ESHAPE.
+    yields = CRC_CAUSES if ev.actual in ("EFORMAT", "DATA_LOSS") else frozenset()
+    if ev.actual == "ESHAPE":
+        yields = frozenset({"geometry-compared-wrongly"})
+    causes = [
+        Cause(
+            f"wrong-status:{rule}",
+            f"{rule} refused with another status",
+            (rule,),
+            f"refused with {ev.actual}, {expected} due",
+            yields_to=yields,
+        )
+        for rule in rules
+    ]
+    return causes, set(rules), REFUSED_INSTEAD.format(code=ev.actual)
+
+
+def settle(attributions: dict[str, Attribution]) -> dict[str, Attribution]:
+    """Where one failure matches several causes (a parent 0xffffffff00000000 truncated to 32
+    bits is also a parent ignored), the one the run's other failures show most comes first,
+    and the blame is its."""
+    counts = Counter(c.id for a in attributions.values() for c in a.causes)
+    settled = {}
+    for test, attribution in attributions.items():
+        if len(attribution.causes) > 1:
+            best = max(attribution.causes, key=lambda c: counts[c.id])
+            if best is not attribution.causes[0]:
+                rest = tuple(c for c in attribution.causes if c is not best)
+                attribution = replace(attribution, causes=(best, *rest), blamed=best.reqs)
+        settled[test] = attribution
+    return settled
+
+
+def findings(failures: Iterable[tuple[str, Attribution]]) -> list[Finding]:
+    """A run's probable causes, most tests first: each with the failures whose own evidence
+    shows it and those whose symptom it explains (their consequences)."""
+    failures = list(failures)
+    present = {a.cause.id for _, a in failures if a.cause is not None}
+    found: dict[str, Finding] = {}
+    for test, attribution in failures:
+        cause = attribution.cause
+        if cause is not None and not cause.yields_to & present:
+            found.setdefault(cause.id, Finding(cause)).shown_by.append(test)
+    for test, attribution in failures:
+        if attribution.cause is None or attribution.cause.yields_to & present:
+            explaining = _explaining(attribution, list(found.values()))
+            if explaining is not None:
+                explaining.explains.append(test)
+    return sorted(found.values(), key=lambda f: (-f.tests, f.cause.id))
+
+
+def _explaining(attribution: Attribution, run: Sequence[Finding]) -> Finding | None:
+    """The run's finding that accounts for a failure: one its own cause yields to, or, with no
+    cause, one that explains its symptom (the most shown, when several do)."""
+    cause = attribution.cause
+    if cause is not None:
+        candidates = [f for f in run if f.cause.id in cause.yields_to]
+    elif attribution.symptom:
+        candidates = [f for f in run if attribution.symptom in f.cause.explains]
+    else:
+        candidates = []
+    return max(candidates, key=lambda f: len(f.shown_by)) if candidates else None
+
+
+def consequence_of(attribution: Attribution, run: Sequence[Finding]) -> Cause | None:
+    """The run's cause that accounts for a failure better than its own evidence, if any."""
+    finding = _explaining(attribution, run)
+    return finding.cause if finding is not None else None

@@ -1,0 +1,639 @@
+"""An export that differs from the oracle's envelope: which fields differ (and so which
+requirements), and which known mistake of a writer gives exactly the bytes written."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import oracle
+from ._causes import Cause
+from ._signatures import crc_trailer_causes
+
+# The requirement each header field's bytes belong to.
+_HEADER_REQS = {
+    "magic": "ENV-HEADER",
+    "version": "ENV-VERSION-DTYPE",
+    "dtype": "ENV-VERSION-DTYPE",
+    "n_blocks": "ENV-HEADER",
+    "block_tokens": "ENV-HEADER",
+    "n_layers": "ENV-HEADER",
+    "n_kv_heads": "ENV-HEADER",
+    "head_dim": "ENV-HEADER",
+}
+
+
+@dataclass(frozen=True)
+class _Record:
+    index: int
+    offset: int  # of its block_hash
+    n_tokens: int
+    payload: slice
+
+
+class _Shape:
+    """The expected envelope's layout, as numbers (it is the oracle's, so it reads)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.geometry = oracle.header_geometry(data)
+        self.version = oracle.HEADER_FIELDS["version"].read(data)
+        self.n_blocks = oracle.HEADER_FIELDS["n_blocks"].read(data)
+        self.record_size = self.geometry.record_size(self.version)
+        self.size = len(data)
+        self.records = []
+        for index in range(self.n_blocks):
+            offset = oracle.HEADER_SIZE + index * self.record_size
+            start = offset + oracle.RECORD_PREFIX_SIZE
+            n_tokens = int.from_bytes(data[offset + 8 : offset + 12], "little")
+            self.records.append(
+                _Record(index, offset, n_tokens, slice(start, offset + self.record_size))
+            )
+
+    @property
+    def pad_req(self) -> str:
+        return "V1-PAD" if self.version == 1 else "V2-PAD"
+
+    @property
+    def layout_req(self) -> str:
+        return "V1-LAYOUT" if self.version == 1 else "V2-LAYOUT"
+
+    def field_reqs(self, expected: bytes, differing: np.ndarray) -> set[str]:
+        """The requirements of the fields the differing byte offsets lie in."""
+        reqs: set[str] = set()
+        header = differing[differing < oracle.HEADER_SIZE]
+        for field in oracle.HEADER_FIELDS.values():
+            if ((header >= field.offset) & (header < field.offset + field.size)).any():
+                reqs.add(_HEADER_REQS.get(field.name, "ENV-HEADER"))
+        if (differing >= self.size - oracle.CRC_SIZE).any():
+            reqs.add("ENV-CRC")
+        body = differing[
+            (differing >= oracle.HEADER_SIZE) & (differing < self.size - oracle.CRC_SIZE)
+        ]
+        if not body.size:
+            return reqs
+        index, within = np.divmod(body - oracle.HEADER_SIZE, self.record_size)
+        if (within < 8).any():
+            reqs.add("ENV-RECORD-HASH")
+        if ((within >= 8) & (within < oracle.RECORD_PREFIX_SIZE)).any():
+            reqs.add("ENV-RECORD")
+        inside = within >= oracle.RECORD_PREFIX_SIZE
+        index, payload = index[inside], within[inside] - oracle.RECORD_PREFIX_SIZE
+        if not payload.size:
+            return reqs
+        b, d = self.geometry.block_tokens, self.geometry.head_dim
+        fills = np.array([r.n_tokens for r in self.records] or [0])[
+            np.minimum(index, len(self.records) - 1)
+        ]
+        if self.version == 1:
+            position = (payload // 2 // d) % b
+            if (position < fills).any():
+                reqs.add("V1-F16")
+            if (position >= fills).any():
+                reqs.add("V1-PAD")
+            return reqs
+        codes = payload < self.geometry.n_elements
+        position = (payload // d) % b
+        if (codes & (position < fills)).any():
+            reqs.add("V2-E4M3")
+        if (codes & (position >= fills)).any():
+            reqs.add("V2-PAD")
+        if (~codes).any():
+            reqs.add("V2-SCALE")
+        return reqs
+
+
+def _differing(expected: bytes, actual: bytes) -> np.ndarray:
+    a = np.frombuffer(expected, dtype=np.uint8)
+    b = np.frombuffer(actual, dtype=np.uint8)
+    return np.flatnonzero(a != b)
+
+
+def envelope_attribution(
+    expected: bytes, actual: bytes, blocks: Sequence[oracle.Block]
+) -> tuple[list[Cause], set[str], str]:
+    """(causes, the requirements of the fields that differ, symptom) for an export `actual`
+    where the oracle wrote `expected` from `blocks` (when known)."""
+    if len(expected) != len(actual):
+        return _length_causes(expected, actual), {"ENV-SIZE"}, ""
+    try:
+        shape = _Shape(expected)
+    except (ValueError, KeyError):
+        return [], set(), ""
+    differing = _differing(expected, actual)
+    reqs = shape.field_reqs(expected, differing)
+    crc_at = shape.size - oracle.CRC_SIZE
+    if reqs == {"ENV-CRC"}:
+        causes = crc_trailer_causes(actual[:crc_at], actual[crc_at:], ("ENV-CRC",))
+        return causes, reqs, "crc-only"
+    # The CRC covers every byte before it: when any of them differs, so does the CRC.
+    reqs.discard("ENV-CRC")
+    causes = _integer_causes(shape, expected, actual, differing)
+    causes += _record_order_causes(shape, expected, actual)
+    causes += _payload_layout_causes(shape, expected, actual)
+    if not causes:
+        causes = _padding_causes(shape, reqs)
+    if not causes and blocks:
+        causes = _held_value_causes(shape, actual, blocks)
+    if not causes and blocks:
+        if shape.version == 1:
+            causes = _v1_value_causes(shape, expected, actual)
+        else:
+            causes = _v2_numeric_causes(shape, expected, actual, blocks)
+    return causes, reqs, ""
+
+
+_F16_TINY = np.float32(2.0**-14)  # the smallest normal f16
+
+
+_F32_TINY = np.float32(np.finfo(np.float32).tiny)
+
+
+def _to_plus_zero(below: np.float32):
+    """-0.0, and values of magnitude under `below`, stored as +0.0."""
+    return lambda v: np.where((v == 0) | (np.abs(v) < below), np.float32(0), v)
+
+
+def _subnormals_to_signed_zero(values: np.ndarray) -> np.ndarray:
+    tiny = (values != 0) & (np.abs(values) < _F16_TINY)
+    return np.where(tiny, np.copysign(np.float32(0), values), values).astype(np.float32)
+
+
+# Mistakes of a pool in what it holds, seen in any export of it: the blocks so changed and
+# encoded by the oracle give exactly the bytes written. The narrower first.
+_HELD_MISTAKES = (
+    ("f16-negative-zero-flushed", "-0.0 stored as +0.0", _to_plus_zero(np.float32(0))),
+    ("f16-subnormals-flushed", "f16 subnormals flushed to zero", _subnormals_to_signed_zero),
+    (
+        "f16-negative-zero-flushed",
+        "-0.0 and f32 subnormals stored as +0.0",
+        _to_plus_zero(_F32_TINY),
+    ),
+    (
+        "f16-negative-zero-flushed",
+        "-0.0 and f16 subnormals stored as +0.0",
+        _to_plus_zero(_F16_TINY),
+    ),
+)
+
+
+def _held_value_causes(shape: _Shape, actual: bytes, blocks: Sequence[oracle.Block]) -> list[Cause]:
+    for cause_id, title, change in _HELD_MISTAKES:
+        changed = [
+            oracle.Block(b.block_hash, b.n_tokens, change(np.asarray(b.values, dtype=np.float32)))
+            for b in blocks
+        ]
+        try:
+            mistaken = oracle.encode(shape.geometry, changed, shape.version)
+        except ValueError:
+            continue
+        if mistaken == actual:
+            return [
+                Cause(
+                    cause_id,
+                    title,
+                    ("V1-F16",),
+                    f"the v{shape.version} export is exactly the blocks so stored, encoded",
+                )
+            ]
+    return []
+
+
+def _length_causes(expected: bytes, actual: bytes) -> list[Cause]:
+    missing = len(expected) - len(actual)
+    if missing == oracle.CRC_SIZE:
+        return [
+            Cause(
+                "size-without-trailer",
+                "the envelope's size computed without the 4-byte CRC trailer",
+                ("ENV-SIZE",),
+                f"{len(actual)} bytes written, {len(expected)} = 28 + n * (12 + P) + 4 due",
+            )
+        ]
+    return []
+
+
+def _integer_causes(
+    shape: _Shape, expected: bytes, actual: bytes, differing: np.ndarray
+) -> list[Cause]:
+    """Header or record integers written big-endian."""
+    spans = [(f.offset, f.size) for f in oracle.HEADER_FIELDS.values() if f.name != "magic"]
+    for record in shape.records:
+        spans += [(record.offset, 8), (record.offset + 8, 4)]
+    swapped, touched = [], False
+    for start, size in spans:
+        want, got = expected[start : start + size], actual[start : start + size]
+        if want == got:
+            continue
+        touched = True
+        if got != want[::-1]:
+            return []
+        swapped.append(start)
+    if not touched:
+        return []
+    outside = differing[~np.isin(differing, [s + i for s, n in spans for i in range(n)])]
+    if (outside < shape.size - oracle.CRC_SIZE).any():
+        return []
+    return [
+        Cause(
+            "integers-big-endian",
+            "integers written big-endian",
+            ("ENV-LE",),
+            f"{len(swapped)} header or record fields hold the expected bytes reversed",
+        )
+    ]
+
+
+def _record_order_causes(shape: _Shape, expected: bytes, actual: bytes) -> list[Cause]:
+    for record in shape.records:
+        o = record.offset
+        want, got = expected[o : o + 12], actual[o : o + 12]
+        if want != got and got == want[8:12] + want[0:8]:
+            return [
+                Cause(
+                    "record-field-order",
+                    "a record's n_tokens written before its block_hash",
+                    ("ENV-RECORD",),
+                    f"block {record.index}'s first 12 bytes are n_tokens then block_hash",
+                )
+            ]
+    return []
+
+
+_AXES = {
+    (0, 1, 2): "[L][2][Hkv] (right)",
+    (1, 0, 2): "[2][L][Hkv]",
+    (0, 2, 1): "[L][Hkv][2]",
+    (2, 1, 0): "[Hkv][2][L]",
+    (1, 2, 0): "[2][Hkv][L]",
+    (2, 0, 1): "[Hkv][L][2]",
+}
+
+
+def _payload_layouts(shape: _Shape, payload: bytes) -> dict[str, tuple[str, bytes]]:
+    """The payload as known layout mistakes would write the same values."""
+    g = shape.geometry
+    lead = g.values_shape[:3]
+    inner = g.block_tokens * g.head_dim
+    width = 2 if shape.version == 1 else 1
+    n = g.n_elements * width
+    codes = np.frombuffer(payload[:n], dtype=np.uint8).reshape(*lead, inner * width)
+    scales = payload[n:]
+    slab_scales = (
+        np.frombuffer(scales, dtype=np.uint8).reshape(*lead, oracle.SCALE_SIZE) if scales else None
+    )
+    out: dict[str, tuple[str, bytes]] = {}
+
+    def arranged(order: tuple[int, int, int], swap_kv: bool) -> bytes:
+        c = codes[:, ::-1] if swap_kv else codes
+        s = None if slab_scales is None else (slab_scales[:, ::-1] if swap_kv else slab_scales)
+        body = np.ascontiguousarray(c.transpose(*order, 3)).tobytes()
+        tail = b"" if s is None else np.ascontiguousarray(s.transpose(*order, 3)).tobytes()
+        return body + tail
+
+    out["k-v-swapped"] = ("K and V in each other's place", arranged((0, 1, 2), True))
+    for order, name in _AXES.items():
+        if order != (0, 1, 2):
+            out[f"axes-order:{name}"] = (
+                f"the payload's leading axes in the order {name} instead of [L][2][Hkv]",
+                arranged(order, False),
+            )
+    if shape.version == 1:
+        out["f16-big-endian"] = (
+            "f16 elements written big-endian",
+            np.frombuffer(payload, dtype="<u2").byteswap().tobytes(),
+        )
+    else:
+        out["v2-scales-first"] = (
+            "the scales written before the codes instead of after all of them",
+            scales + payload[:n],
+        )
+        per_slab = (
+            np.concatenate([codes, slab_scales], axis=-1) if slab_scales is not None else codes
+        )
+        out["v2-scale-after-each-slab"] = (
+            "each slab's scale written right after its codes instead of after all codes",
+            per_slab.tobytes(),
+        )
+    return out
+
+
+def _payload_layout_causes(shape: _Shape, expected: bytes, actual: bytes) -> list[Cause]:
+    for record in shape.records:
+        want, got = expected[record.payload], actual[record.payload]
+        if want == got:
+            continue
+        for cause_id, (title, variant) in _payload_layouts(shape, want).items():
+            if variant == got != want:
+                req = "ENV-LE" if cause_id == "f16-big-endian" else shape.layout_req
+                return [
+                    Cause(
+                        cause_id,
+                        title,
+                        (req,),
+                        f"block {record.index}'s payload is exactly the expected one so arranged",
+                    )
+                ]
+        return []
+    return []
+
+
+def _padding_causes(shape: _Shape, reqs: set[str]) -> list[Cause]:
+    if reqs == {shape.pad_req}:
+        return [
+            Cause(
+                "stale-padding",
+                "positions at or past n_tokens exported with what the slot held, not zero bytes",
+                (shape.pad_req,),
+                "only bytes past the blocks' fill differ",
+            )
+        ]
+    return []
+
+
+# -- values: v1 --------------------------------------------------------------------------------
+
+
+def _v1_value_causes(shape: _Shape, expected: bytes, actual: bytes) -> list[Cause]:
+    want_parts, got_parts = [], []
+    for record in shape.records:
+        w = np.frombuffer(expected[record.payload], dtype="<u2").reshape(
+            shape.geometry.values_shape
+        )
+        g = np.frombuffer(actual[record.payload], dtype="<u2").reshape(shape.geometry.values_shape)
+        want_parts.append(w[..., : record.n_tokens, :].ravel())
+        got_parts.append(g[..., : record.n_tokens, :].ravel())
+    if not want_parts:
+        return []
+    want, got = np.concatenate(want_parts), np.concatenate(got_parts)
+    return f16_causes(want, got, "exported")
+
+
+def f16_causes(want: np.ndarray, got: np.ndarray, how: str) -> list[Cause]:
+    """Known f16 mistakes between the f16 bit patterns `want` and `got` (same shape)."""
+    diff = want != got
+    if not diff.any():
+        return []
+    w, g = want[diff], got[diff]
+    w_exp, w_man = (w >> 10) & 0x1F, w & 0x3FF
+    nan_w = (w_exp == 0x1F) & (w_man != 0)
+    nan_g = ((g >> 10) & 0x1F == 0x1F) & (g & 0x3FF != 0)
+    if (nan_w & nan_g).all():
+        if ((w & 0x8000) != (g & 0x8000)).any():
+            return [
+                Cause(
+                    "nan-sign-lost",
+                    "a NaN's sign lost",
+                    ("V1-F16",),
+                    f"NaNs {how} with another sign",
+                )
+            ]
+        return [
+            Cause(
+                "nan-payload-dropped",
+                "a quiet NaN's payload dropped (a default NaN written)",
+                ("V1-F16-NAN-PAYLOAD",),
+                f"{int(diff.sum())} NaNs {how} with another payload, e.g. {int(w[0]):#06x} "
+                f"as {int(g[0]):#06x}",
+            )
+        ]
+    if (g == 0).all():
+        if (w == 0x8000).any():
+            return [
+                Cause(
+                    "f16-negative-zero-flushed",
+                    "-0.0 stored as +0.0",
+                    ("V1-F16",),
+                    f"-0.0 (80 00) {how} as +0.0 (00 00)",
+                )
+            ]
+        if ((w_exp == 0) & (w_man != 0)).all():
+            return [
+                Cause(
+                    "f16-subnormals-flushed",
+                    "f16 subnormals flushed to zero",
+                    ("V1-F16",),
+                    f"{int(diff.sum())} subnormal values {how} as +0.0",
+                )
+            ]
+    toward_zero = ((g & 0x8000) == (w & 0x8000)) & (
+        (g & 0x7FFF).astype(np.int32) == (w & 0x7FFF) - 1
+    )
+    if toward_zero.all() and not nan_w.any():
+        return [
+            Cause(
+                "f16-round-toward-zero",
+                "f32 values rounded to f16 by truncation, not to nearest even",
+                ("V1-F16",),
+                f"each of the {int(diff.sum())} differing values is {how} one f16 step toward "
+                "zero from the nearest-even one",
+            )
+        ]
+    if ((w_exp == 0) & (w_man != 0)).all() and (g == (w & 0x8000)).all():
+        return [
+            Cause(
+                "f16-subnormals-flushed",
+                "f16 subnormals flushed to zero",
+                ("V1-F16",),
+                f"{int(diff.sum())} subnormal values {how} as zero of their sign",
+            )
+        ]
+    return []
+
+
+# -- values: v2 numerics --------------------------------------------------------------------------
+
+F32 = np.float32
+E4M3_MAX = oracle.E4M3_MAX
+
+
+def _toward_zero(q: np.ndarray) -> np.ndarray:
+    """e4m3 codes of `q` rounded toward zero (a truncating encoder)."""
+    codes = oracle.f32_to_e4m3_codes(q)
+    decoded = oracle.e4m3_codes_to_f32(codes)
+    over = np.abs(decoded) > np.abs(q)
+    magnitude = (codes & 0x7F).astype(np.int16)
+    magnitude = np.where(over & (magnitude > 0), magnitude - 1, magnitude)
+    return ((codes & 0x80) | magnitude.astype(np.uint8)).astype(np.uint8)
+
+
+def _nearest_from_f64(q: np.ndarray) -> np.ndarray:
+    """e4m3 codes of f64 quotients rounded once, to nearest even (a cast through f32 would
+    round twice and hide exactly the ties this is for)."""
+    first = oracle.f32_to_e4m3_codes(q.astype(F32))
+    sign = first & 0x80
+    magnitude = (first & 0x7F).astype(np.int16)
+    best, best_distance = first, np.full(q.shape, np.inf)
+    for step in (-1, 0, 1):
+        candidate_magnitude = np.clip(magnitude + step, 0, oracle.E4M3_MAX_CODE)
+        candidate = (sign | candidate_magnitude.astype(np.uint8)).astype(np.uint8)
+        distance = np.abs(oracle.e4m3_codes_to_f32(candidate).astype(np.float64) - q)
+        closer = (distance < best_distance) | (
+            (distance == best_distance) & (candidate_magnitude % 2 == 0)
+        )
+        best = np.where(closer, candidate, best)
+        best_distance = np.where(closer, distance, best_distance)
+    return best.astype(np.uint8)
+
+
+def _v2_numeric_causes(
+    shape: _Shape, expected: bytes, actual: bytes, blocks: Sequence[oracle.Block]
+) -> list[Cause]:
+    g = shape.geometry
+    n = g.n_elements
+    lead = g.values_shape[:3]
+    for record, block in zip(shape.records, blocks, strict=False):
+        want, got = expected[record.payload], actual[record.payload]
+        if want == got:
+            continue
+        fill = record.n_tokens
+        values = np.asarray(block.values, dtype=np.float32)
+        if values.shape != g.values_shape or not np.isfinite(values[..., :fill, :]).all():
+            return []
+        x = values[..., :fill, :]
+        amax = np.abs(x).max(axis=(-2, -1)).astype(F32)
+        want_scales = np.frombuffer(want[n:], dtype="<f4").reshape(lead)
+        got_scales = np.frombuffer(got[n:], dtype="<f4").reshape(lead)
+        got_codes = np.frombuffer(got[:n], dtype=np.uint8).reshape(g.values_shape)[..., :fill, :]
+        want_codes = np.frombuffer(want[:n], dtype=np.uint8).reshape(g.values_shape)[..., :fill, :]
+        found = _scale_causes(amax, want_scales, got_scales, x, got_codes)
+        if found is None:
+            found = _code_causes(x, amax, want_scales, want_codes, got_codes)
+        return found
+    return []
+
+
+def _codes_for(x: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        q = (x / scales[..., None, None]).astype(F32)
+    return oracle.f32_to_e4m3_codes(q)
+
+
+def _scale_causes(
+    amax: np.ndarray,
+    want: np.ndarray,
+    got: np.ndarray,
+    x: np.ndarray,
+    got_codes: np.ndarray,
+) -> list[Cause] | None:
+    """Causes when some slab's scale differs; None when every scale is right."""
+    differ = want.view(np.uint32) != got.view(np.uint32)
+    if not differ.any():
+        return None
+    a, w, s = amax[differ], want[differ], got[differ]
+    with np.errstate(all="ignore"):
+        variants = {
+            "v2-scale-reciprocal": (
+                "scale = amax * (1/448) instead of the f32 division amax / 448",
+                (a * F32(F32(1) / E4M3_MAX)).astype(F32),
+            ),
+            "v2-scale-fnuz-max": (
+                "scale = amax / 240 (the e4m3 fnuz maximum) instead of amax / 448",
+                (a / F32(240)).astype(F32),
+            ),
+        }
+    for cause_id, (title, scale) in variants.items():
+        if (scale.view(np.uint32) == s.view(np.uint32)).all() and (a != 0).all():
+            return [
+                Cause(
+                    cause_id,
+                    title,
+                    ("V2-SCALE",),
+                    f"amax {float(a[0])!r}: scale {float(s[0])!r} written, {float(w[0])!r} due",
+                )
+            ]
+    if (a == 0).all() and (s == 0).all():
+        return [
+            Cause(
+                "v2-zero-slab-scale-zero",
+                "an all-zero slab given scale 0 instead of 1.0",
+                ("V2-SCALE-ZERO",),
+                f"{int(differ.sum())} all-zero slabs with scale 0.0",
+            )
+        ]
+    with np.errstate(all="ignore"):
+        larger = (s > w).all() and np.isfinite(s).all()
+    if larger and (_codes_for(x, got) == got_codes).all():
+        return [
+            Cause(
+                "v2-amax-over-unfilled",
+                "amax taken over positions past n_tokens (the slot's stale or unwritten values)",
+                ("V2-SCALE",),
+                f"scale {float(s[0])!r} > amax {float(a[0])!r} / 448 of the filled positions, "
+                "and the codes are the filled values encoded with it",
+            )
+        ]
+    return []
+
+
+def _code_causes(
+    x: np.ndarray,
+    amax: np.ndarray,
+    scales: np.ndarray,
+    want: np.ndarray,
+    got: np.ndarray,
+) -> list[Cause]:
+    differ = want != got
+    if not differ.any():
+        return []
+    s = scales[..., None, None]
+    with np.errstate(all="ignore"):
+        q = (x / s).astype(F32)
+        # An all-zero slab (scale 1.0) has nothing to divide: its codes are 0 either way.
+        wide = np.where(amax == 0, 1.0, amax.astype(np.float64))[..., None, None]
+        exact = x.astype(np.float64) * float(E4M3_MAX) / wide
+        # Most specific first: at a lone tie, truncation gives the same code as f64.
+        variants = {
+            "v2-quotient-in-f64": (
+                "the quotient computed in f64 (x * 448 / amax) instead of x / scale in f32",
+                ("V2-E4M3",),
+                _nearest_from_f64(np.asarray(exact)),
+            ),
+            "v2-quotient-reciprocal": (
+                "the quotient x * (1/scale) instead of the f32 division x / scale",
+                ("V2-E4M3",),
+                oracle.f32_to_e4m3_codes((x * (F32(1) / s).astype(F32)).astype(F32)),
+            ),
+            "v2-round-toward-zero": (
+                "e4m3 codes truncated instead of rounded to nearest even",
+                ("V2-E4M3",),
+                _toward_zero(q),
+            ),
+        }
+    for cause_id, (title, reqs, codes) in variants.items():
+        if (codes == got).all() and (codes != want).any():
+            at = np.flatnonzero(differ.ravel())[0]
+            return [
+                Cause(
+                    cause_id,
+                    title,
+                    reqs,
+                    f"{int(differ.sum())} codes differ, each as that computation rounds; e.g. x "
+                    f"{float(x.ravel()[at])!r}: {int(got.ravel()[at]):#04x} written, "
+                    f"{int(want.ravel()[at]):#04x} due",
+                )
+            ]
+    nan_got = (got & 0x7F) == 0x7F
+    if (nan_got[differ]).all() and ((want[differ] & 0x7F) == 0x7E).all():
+        tiny = scales < np.finfo(F32).tiny
+        if tiny.any() and (differ & ~tiny[..., None, None]).sum() == 0:
+            return [
+                Cause(
+                    "v2-tiny-slab-unclamped",
+                    "a slab whose amax / 448 is an f32 subnormal encoded without clamping "
+                    "(its largest element becomes NaN)",
+                    ("V2-TINY-SLAB",),
+                    f"{int(differ.sum())} NaN codes in slabs with a subnormal scale",
+                )
+            ]
+        return [
+            Cause(
+                "v2-nan-at-the-top",
+                "a quotient just over 448 encoded as NaN instead of 0x7E (saturation check "
+                "before rounding)",
+                ("V2-NOSAT",),
+                f"{int(differ.sum())} elements written as NaN (7f/ff) where 7e/fe is due",
+            )
+        ]
+    return []

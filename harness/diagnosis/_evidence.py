@@ -1,0 +1,125 @@
+"""What a failed check saw, kept as data beside its message, so that the failure can be blamed
+on the requirements whose own bytes differ and matched against known mistakes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import oracle
+
+
+@dataclass(frozen=True, eq=False)
+class HashEvidence:
+    """block_hash(parent, tokens) gave `actual`, not `expected`."""
+
+    parent: int
+    tokens: tuple[int, ...]
+    expected: int
+    actual: int
+
+
+@dataclass(frozen=True, eq=False)
+class EnvelopeEvidence:
+    """An export differs from the oracle's envelope. `blocks`: what the writer was given, in
+    the pool's precision, values past each fill included (absent where unknown)."""
+
+    expected: bytes
+    actual: bytes
+    blocks: tuple[oracle.Block, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class SizeEvidence:
+    """export_bytes(n_blocks, version) gave `actual`, not `expected`."""
+
+    n_blocks: int
+    version: int
+    expected: int
+    actual: int
+
+
+@dataclass(frozen=True, eq=False)
+class ValuesEvidence:
+    """A block read back with other values than it should hold (f32 [L][2][Hkv][B][D]).
+    `source`: the envelope and record offset it was imported from; `written`: the values a
+    write gave the pool, past the fill included."""
+
+    expected: np.ndarray
+    actual: np.ndarray
+    n_tokens: int
+    dtype: str
+    source: tuple[bytes, int] | None = None
+    written: np.ndarray | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RefusalEvidence:
+    """A call answered `actual` (None: it succeeded; "fault": it crashed or hung) where one of
+    `expected` was due (empty: it had to succeed). `rules`: the requirements the input breaks
+    (empty: a valid one); `envelope`: the input, when it was an envelope; `probed`: (cause id,
+    title) of a CRC mistake with which the reader accepts it (see `probe_reader`)."""
+
+    rules: frozenset[str]
+    expected: frozenset[str]
+    actual: str | None
+    envelope: bytes = b""
+    rules_first: bool = False
+    probed: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class PoolChangeEvidence:
+    """A refused import or transfer changed the pool: `reqs` is the atomicity requirement."""
+
+    reqs: tuple[str, ...] = ("READ-ATOMIC",)
+
+
+@dataclass(frozen=True, eq=False)
+class CountEvidence:
+    """The pool's free count is `actual`, not `expected`; `released`: blocks were released
+    before (so the count is about POOL-REFS)."""
+
+    expected: int
+    actual: int
+    released: bool
+
+
+@dataclass(frozen=True, eq=False)
+class StaleHashEvidence:
+    """find() still finds `block_hash` after its block's last reference was released."""
+
+    block_hash: int
+
+
+@dataclass(frozen=True, eq=False)
+class KnownMistake:
+    """A check whose failure names the mistake by itself (an imported hash not registered)."""
+
+    cause: str
+    title: str
+    reqs: tuple[str, ...]
+    detail: str = ""
+    yields_to: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, eq=False)
+class FaultEvidence:
+    """The implementation crashed, hung or was quarantined after doing so (`detail`)."""
+
+    detail: str
+
+
+Evidence = (
+    HashEvidence
+    | EnvelopeEvidence
+    | SizeEvidence
+    | ValuesEvidence
+    | RefusalEvidence
+    | PoolChangeEvidence
+    | CountEvidence
+    | StaleHashEvidence
+    | KnownMistake
+    | FaultEvidence
+)

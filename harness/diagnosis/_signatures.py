@@ -1,0 +1,200 @@
+"""Signatures of known mistakes in the block hash and the CRC-32C trailer: each mistaken
+computation, done again here, and compared with what the implementation gave."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+
+from .. import oracle
+from ._causes import FORMAT_ERRORS, Cause
+
+U64 = (1 << 64) - 1
+
+
+def _fnv1(data: bytes) -> int:
+    h = oracle.FNV64_OFFSET_BASIS
+    for byte in data:
+        h = ((h * oracle.FNV64_PRIME) & U64) ^ byte
+    return h
+
+
+def _zero_rule(h: int) -> int:
+    return h or 1
+
+
+HashVariant = Callable[[int, Sequence[int]], int]
+
+HASH_MISTAKES: tuple[tuple[str, str, tuple[str, ...], HashVariant], ...] = (
+    (
+        "hash-token-big-endian",
+        "token ids hashed big-endian",
+        ("HASH-INPUT",),
+        lambda p, t: _zero_rule(
+            oracle.fnv1a64(struct.pack("<Q", p) + struct.pack(f">{len(t)}I", *t))
+        ),
+    ),
+    (
+        "hash-token-16-bit",
+        "token ids truncated to 16 bits before hashing",
+        ("HASH-INPUT",),
+        lambda p, t: oracle.block_hash(p, [x & 0xFFFF for x in t]),
+    ),
+    (
+        "hash-parent-ignored",
+        "the parent hash not chained in (every block hashed as block 0)",
+        ("HASH-CHAIN",),
+        lambda p, t: oracle.block_hash(0, t),
+    ),
+    (
+        "hash-parent-after-tokens",
+        "the parent hashed after the tokens instead of before them",
+        ("HASH-INPUT",),
+        lambda p, t: _zero_rule(oracle.fnv1a64(struct.pack(f"<{len(t)}IQ", *t, p))),
+    ),
+    (
+        "hash-parent-32-bit",
+        "the parent hash truncated to 32 bits",
+        ("HASH-INPUT",),
+        lambda p, t: oracle.block_hash(p & 0xFFFFFFFF, t),
+    ),
+    (
+        "hash-parent-big-endian",
+        "the parent hash hashed big-endian",
+        ("HASH-INPUT",),
+        lambda p, t: _zero_rule(
+            oracle.fnv1a64(struct.pack(">Q", p) + struct.pack(f"<{len(t)}I", *t))
+        ),
+    ),
+    (
+        "hash-fnv1-not-fnv1a",
+        "FNV-1 (multiply, then xor) instead of FNV-1a",
+        ("HASH-FNV",),
+        lambda p, t: _zero_rule(_fnv1(oracle.hash_input(p, t))),
+    ),
+)
+
+
+def hash_causes(parent: int, tokens: Sequence[int], expected: int, actual: int) -> list[Cause]:
+    """The known mistakes that give `actual` for block_hash(parent, tokens)."""
+    if expected == 1 and actual == 0 and oracle.fnv1a64(oracle.hash_input(parent, tokens)) == 0:
+        return [
+            Cause(
+                "hash-no-zero-rule",
+                "a computed hash of 0 not replaced by 1",
+                ("HASH-ZERO",),
+                "FNV-1a of the input is 0; the implementation returned it as it was",
+            )
+        ]
+    found = []
+    for cause_id, title, reqs, variant in HASH_MISTAKES:
+        try:
+            mistaken = variant(parent, tokens)
+        except (struct.error, ValueError):
+            continue
+        if mistaken == actual != expected:
+            found.append(
+                Cause(cause_id, title, reqs, f"{actual:#018x} is what that computation gives")
+            )
+    return found
+
+
+# -- the CRC-32C trailer ------------------------------------------------------------------------
+
+_CRC_EXPLAINS = FORMAT_ERRORS
+
+
+def _c(data: bytes) -> int:
+    return oracle.crc32c(data)
+
+
+CrcVariant = Callable[[bytes], bytes]
+CRC_MISTAKES: tuple[tuple[str, str, CrcVariant], ...] = (
+    (
+        "crc-no-final-xor",
+        "CRC-32C without the final XOR with 0xFFFFFFFF",
+        lambda body: struct.pack("<I", _c(body) ^ 0xFFFFFFFF),
+    ),
+    (
+        "crc-ieee-polynomial",
+        "the IEEE CRC-32 polynomial (zlib.crc32) instead of Castagnoli",
+        lambda body: struct.pack("<I", zlib.crc32(body)),
+    ),
+    (
+        "crc-records-only",
+        "the CRC over the block records only, not the header",
+        lambda body: struct.pack("<I", _c(body[oracle.HEADER_SIZE :])),
+    ),
+    (
+        "crc-header-only",
+        "the CRC over the header only",
+        lambda body: struct.pack("<I", _c(body[: oracle.HEADER_SIZE])),
+    ),
+    (
+        "crc-misses-last-byte",
+        "the CRC stops one byte short of the trailer",
+        lambda body: struct.pack("<I", _c(body[:-1])),
+    ),
+    (
+        "crc-includes-trailer",
+        "the CRC computed over the envelope with its zeroed trailer",
+        lambda body: struct.pack("<I", _c(body + bytes(oracle.CRC_SIZE))),
+    ),
+    (
+        "crc-trailer-big-endian",
+        "the CRC trailer written big-endian",
+        lambda body: struct.pack(">I", _c(body)),
+    ),
+)
+
+
+CRC_CAUSES = frozenset(cause_id for cause_id, _, _ in CRC_MISTAKES)
+
+
+def crc_trailer_causes(body: bytes, trailer: bytes, reqs: tuple[str, ...]) -> list[Cause]:
+    """The known CRC mistakes whose trailer for `body` is `trailer` (a writer's)."""
+    right = struct.pack("<I", _c(body))
+    found = []
+    for cause_id, title, variant in CRC_MISTAKES:
+        mistaken = variant(body)
+        if mistaken == trailer != right:
+            found.append(
+                Cause(
+                    cause_id,
+                    title,
+                    reqs,
+                    f"trailer {trailer.hex(' ')} is that computation's; CRC-32C gives "
+                    f"{right.hex(' ')}"
+                    + (
+                        f" ({int.from_bytes(trailer, 'little'):#010x} = "
+                        f"{int.from_bytes(right, 'little'):#010x} XOR 0xffffffff)"
+                        if cause_id == "crc-no-final-xor"
+                        else ""
+                    ),
+                    _CRC_EXPLAINS,
+                )
+            )
+    return found
+
+
+def resealed_variants(envelope: bytes) -> list[tuple[str, str, bytes]]:
+    """`envelope` with its trailer as each known CRC mistake writes it (for a reader probe):
+    (cause id, title, bytes), those that differ from the envelope."""
+    body, trailer = envelope[: -oracle.CRC_SIZE], envelope[-oracle.CRC_SIZE :]
+    out = []
+    for cause_id, title, variant in CRC_MISTAKES:
+        mistaken = variant(body)
+        if mistaken != trailer:
+            out.append((cause_id, title, body + mistaken))
+    return out
+
+
+def reader_crc_cause(cause_id: str, title: str, code: str) -> Cause:
+    return Cause(
+        cause_id,
+        title,
+        ("READ-CRC",),
+        f"refused with {code}, but accepted once its trailer was written that way",
+        _CRC_EXPLAINS,
+    )

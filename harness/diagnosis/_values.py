@@ -1,0 +1,224 @@
+"""Values read back from a pool that differ from what it should hold: where they differ, and
+which known mistake of a pool or a reader gives exactly the values returned."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import oracle
+from ..adapters._pysession import POISON
+from ._causes import Cause
+from ._envelope import f16_causes
+from ._evidence import ValuesEvidence
+
+F32 = np.float32
+
+
+def _bits(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Bit-equal, or both NaN of one sign."""
+    a_bits, b_bits = _bits(a), _bits(b)
+    both_nan = np.isnan(a) & np.isnan(b) & ((a_bits >> 31) == (b_bits >> 31))
+    return (a_bits == b_bits) | both_nan
+
+
+def _f16_truncated(values: np.ndarray) -> np.ndarray:
+    """f32 values rounded to f16 toward zero."""
+    rounded = oracle.round_to_f16(values)
+    over = np.abs(rounded) > np.abs(values)
+    bits = oracle.f32_to_f16_bits(values).astype(np.int32)
+    down = np.where(over & ((bits & 0x7FFF) > 0), bits - 1, bits).astype(np.uint16)
+    return oracle.f16_bits_to_f32(down)
+
+
+def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
+    expected = np.asarray(ev.expected, dtype=np.float32)
+    actual = np.asarray(ev.actual, dtype=np.float32)
+    if expected.shape != actual.shape:
+        return [], {"POOL-WRITE-READ"}
+    differ = ~_same(expected, actual)
+    fill = ev.n_tokens
+    past = np.zeros(expected.shape, dtype=bool)
+    past[..., fill:, :] = True
+    version = None
+    decoded = None
+    if ev.source is not None:
+        data, offset = ev.source
+        version = oracle.HEADER_FIELDS["version"].read(data)
+        geometry = oracle.header_geometry(data)
+        start = offset + oracle.RECORD_PREFIX_SIZE
+        decoded = oracle.decode_payload(
+            geometry, version, data[start : start + geometry.payload_size(version)]
+        )
+    reqs = _field_reqs(differ, past, version, ev.written is not None)
+    poisons = [POISON, oracle.round_to_f16(np.array([POISON], dtype=np.float32))[0]]
+    if np.isin(actual, poisons).any() and not np.isin(expected, poisons).any():
+        return [
+            Cause(
+                "write-keeps-reference",
+                "write keeps the caller's array instead of copying it",
+                ("POOL-WRITE-COPIES",),
+                f"the block reads back {float(POISON)!r}, which the suite wrote into its own "
+                "array after the write returned",
+            )
+        ], reqs
+    if not (differ & ~past).any():
+        return _past_fill_causes(ev, actual, past, differ, decoded), reqs
+    causes = _nan_causes(expected, actual, differ)
+    if not causes and decoded is not None and version == 2:
+        causes = _v2_read_causes(decoded, expected, actual, differ, fill, ev.dtype)
+    if not causes and decoded is not None:
+        causes = _layout_read_causes(expected, actual, version or 1)
+    if not causes and ev.dtype == "f16":
+        causes = f16_causes(
+            oracle.f32_to_f16_bits(expected[differ]),
+            oracle.f32_to_f16_bits(actual[differ]),
+            "read back",
+        )
+    return causes, reqs
+
+
+def _field_reqs(
+    differ: np.ndarray, past: np.ndarray, version: int | None, written: bool
+) -> set[str]:
+    reqs = set()
+    if (differ & past).any():
+        reqs.add("POOL-WRITE-READ")
+    if (differ & ~past).any():
+        reqs.add({None: "POOL-WRITE-READ", 1: "V1-F16", 2: "V2-DECODE"}[version])
+    return reqs
+
+
+def _past_fill_causes(
+    ev: ValuesEvidence,
+    actual: np.ndarray,
+    past: np.ndarray,
+    differ: np.ndarray,
+    decoded: oracle.DecodedPayload | None,
+) -> list[Cause]:
+    if ev.written is not None:
+        written = np.asarray(ev.written, dtype=np.float32)
+        if ev.dtype == "f16":
+            written = oracle.round_to_f16(written)
+        if _same(written, actual)[past].all():
+            return [
+                Cause(
+                    "read-past-fill",
+                    "the pool keeps and reads back what was written past n_tokens",
+                    ("POOL-WRITE-READ",),
+                    f"{int(differ.sum())} values past the fill read back as written, not as 0",
+                )
+            ]
+    if decoded is not None:
+        held = decoded.values
+        if ev.dtype == "f16":
+            held = oracle.round_to_f16(held)
+        if _same(held, actual)[past].all():
+            return [
+                Cause(
+                    "import-keeps-padding",
+                    "an import keeps the payload's bytes past n_tokens and read returns them",
+                    ("READ-ACCEPT", "POOL-WRITE-READ"),
+                    f"{int(differ.sum())} values past the fill are the envelope's, not 0",
+                )
+            ]
+    return []
+
+
+def _nan_causes(expected: np.ndarray, actual: np.ndarray, differ: np.ndarray) -> list[Cause]:
+    want, got = expected[differ], actual[differ]
+    if not (np.isnan(want) & np.isnan(got)).all():
+        return []
+    got_bits = _bits(got)
+    return [
+        Cause(
+            "nan-sign-lost",
+            "NaNs read back with another sign (a canonical NaN written in their place)",
+            ("V1-F16",),
+            f"{want.size} NaNs read back as "
+            + ", ".join(sorted({f"{int(b):#010x}" for b in got_bits[:4]})),
+        )
+    ]
+
+
+def _v2_read_causes(
+    decoded: oracle.DecodedPayload,
+    expected: np.ndarray,
+    actual: np.ndarray,
+    differ: np.ndarray,
+    fill: int,
+    dtype: str,
+) -> list[Cause]:
+    assert decoded.codes is not None
+    assert decoded.scales is not None
+    codes, scales = decoded.codes, decoded.scales[..., None, None]
+    filled = np.zeros(codes.shape, dtype=bool)
+    filled[..., :fill, :] = True
+
+    def matches(values: np.ndarray) -> bool:
+        held = oracle.round_to_f16(values) if dtype == "f16" else values.astype(F32)
+        return bool(_same(held, actual)[filled].all())
+
+    as_f32 = oracle.e4m3_codes_to_f32(codes)
+    nan_codes = (codes & 0x7F) == 0x7F
+    if nan_codes[differ].any():
+        as_480 = np.where(nan_codes, np.copysign(F32(480), as_f32), as_f32)
+        if matches((as_480 * scales).astype(F32)):
+            return [
+                Cause(
+                    "e4m3-nan-as-480",
+                    "the e4m3 NaN codes 0x7F / 0xFF decoded as +-480",
+                    ("V2-E4M3",),
+                    "every NaN code read back as 480 x its slab's scale",
+                )
+            ]
+    if matches(as_f32):
+        return [
+            Cause(
+                "v2-scale-ignored",
+                "the slab's scale not applied on decode",
+                ("V2-DECODE",),
+                "the values read back are the bare e4m3 values",
+            )
+        ]
+    subnormal = ((codes >> 3) & 0xF) == 0
+    for factor, name in ((F32(0.5), "one too small"), (F32(2), "one too large")):
+        variant = np.where(subnormal, as_f32 * factor, as_f32)
+        if subnormal[differ].any() and matches((variant * scales).astype(F32)):
+            return [
+                Cause(
+                    "e4m3-subnormal-exponent",
+                    f"e4m3 subnormals decoded with an exponent {name}",
+                    ("V2-E4M3",),
+                    "every differing value decodes a subnormal code (exponent bits 0)",
+                )
+            ]
+    if dtype == "f16":
+        exact = (as_f32 * scales).astype(F32)
+        if matches(_f16_truncated(exact)) and not matches(exact):
+            return [
+                Cause(
+                    "f16-round-toward-zero",
+                    "f32 values rounded to f16 by truncation, not to nearest even",
+                    ("V1-F16",),
+                    f"{int(differ.sum())} values read back one f16 step toward zero",
+                )
+            ]
+    return []
+
+
+def _layout_read_causes(expected: np.ndarray, actual: np.ndarray, version: int) -> list[Cause]:
+    swapped = expected[:, ::-1]
+    if not _same(swapped, expected).all() and _same(swapped, actual).all():
+        return [
+            Cause(
+                "k-v-swapped-on-read",
+                "K and V in each other's place when imported",
+                ("V1-LAYOUT" if version == 1 else "V2-LAYOUT",),
+                "the values read back are the expected ones with K and V exchanged",
+            )
+        ]
+    return []

@@ -1,0 +1,483 @@
+"""The diagnosis names each known mistake from its output alone, and blames the requirements
+whose own bytes differ. Each mistaken output is built here from the blocks, the way the mistake
+would build it (not by the diagnosis' own transformations), and the right output comes from
+the oracle."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from tlkv_conformance import oracle
+from tlkv_conformance.diagnosis import (
+    Attribution,
+    EnvelopeEvidence,
+    HashEvidence,
+    RefusalEvidence,
+    SizeEvidence,
+    ValuesEvidence,
+    attribute,
+    consequence_of,
+    findings,
+)
+
+GEOMETRY = oracle.Geometry(4, 2, 3, 8)  # L != Hkv, so the axes' orders differ
+RNG = np.random.default_rng(7)
+F32 = np.float32
+
+
+def _values(scale: float = 2.0) -> np.ndarray:
+    return (RNG.standard_normal(GEOMETRY.values_shape) * scale).astype(F32)
+
+
+def _blocks(fill: int = 4, values: np.ndarray | None = None) -> list[oracle.Block]:
+    v = _values() if values is None else values
+    v = oracle.round_to_f16(v)  # values a pool holds, whatever its precision
+    return [oracle.Block(0x1234 if fill == GEOMETRY.block_tokens else 0, fill, v)]
+
+
+def _body(version: int, blocks: list[oracle.Block], payload: bytes) -> bytes:
+    """A one-block envelope with `payload` as written, sealed correctly."""
+    block = blocks[0]
+    head = oracle.encode_header(GEOMETRY, version, 1) + struct.pack(
+        "<QI", block.block_hash, block.n_tokens
+    )
+    return oracle.seal(head + payload)
+
+
+def _v2_payload(values: np.ndarray, fill: int, scale_of, quotient_of, order: str = "after"):
+    """A v2 payload written with the given scale and quotient computations."""
+    filled = values[..., :fill, :]
+    amax = np.abs(filled).max(axis=(-2, -1)).astype(F32)
+    scales = np.array([scale_of(a) for a in amax.ravel()], dtype=F32).reshape(amax.shape)
+    codes = np.zeros(GEOMETRY.values_shape, dtype=np.uint8)
+    codes[..., :fill, :] = quotient_of(filled, scales[..., None, None], amax[..., None, None])
+    if order == "first":
+        return scales.astype("<f4").tobytes() + codes.tobytes()
+    return codes.tobytes() + scales.astype("<f4").tobytes()
+
+
+def _e4m3(q: np.ndarray) -> np.ndarray:
+    return oracle.f32_to_e4m3_codes(np.asarray(q, dtype=F32))
+
+
+def _right_scale(a: F32) -> F32:
+    return oracle.e4m3_scale(a)
+
+
+def _right_quotient(x, s, a):
+    return _e4m3((x / s).astype(F32))
+
+
+def _diagnosed(evidence, cited=()) -> Attribution:
+    attribution = attribute(evidence, list(cited))
+    assert attribution.note == "", attribution.note
+    return attribution
+
+
+def _envelope_case(version: int, payload: bytes, blocks, cited=()) -> Attribution:
+    expected = oracle.encode(GEOMETRY, blocks, version)
+    actual = _body(version, blocks, payload)
+    assert actual != expected
+    return _diagnosed(EnvelopeEvidence(expected, actual, tuple(blocks)), cited)
+
+
+# -- the hash -------------------------------------------------------------------------------
+
+
+def _fnv1a(data: bytes) -> int:  # the textbook definition, for mistaken inputs
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) % 2**64
+    return h or 1
+
+
+PARENT, TOKENS = 0x0123456789ABCDEF, (1, 70000, 3, 4)
+HASH_MISTAKES = {
+    "hash-token-big-endian": _fnv1a(struct.pack("<Q", PARENT) + struct.pack(">4I", *TOKENS)),
+    "hash-token-16-bit": _fnv1a(struct.pack("<Q4I", PARENT, *(t % 65536 for t in TOKENS))),
+    "hash-parent-ignored": _fnv1a(struct.pack("<Q4I", 0, *TOKENS)),
+    "hash-parent-after-tokens": _fnv1a(struct.pack("<4IQ", *TOKENS, PARENT)),
+    "hash-parent-32-bit": _fnv1a(struct.pack("<Q4I", PARENT % 2**32, *TOKENS)),
+    "hash-parent-big-endian": _fnv1a(struct.pack(">Q", PARENT) + struct.pack("<4I", *TOKENS)),
+}
+
+
+@pytest.mark.parametrize("cause", sorted(HASH_MISTAKES))
+def test_hash_mistakes(cause: str) -> None:
+    expected = oracle.block_hash(PARENT, TOKENS)
+    got = _diagnosed(HashEvidence(PARENT, TOKENS, expected, HASH_MISTAKES[cause]))
+    assert got.cause is not None
+    assert got.cause.id == cause
+    assert got.blamed == (("HASH-CHAIN",) if cause == "hash-parent-ignored" else ("HASH-INPUT",))
+
+
+def test_fnv1_and_zero_rule() -> None:
+    data = oracle.hash_input(PARENT, TOKENS)
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h * 0x100000001B3) % 2**64) ^ byte
+    got = _diagnosed(HashEvidence(PARENT, TOKENS, oracle.block_hash(PARENT, TOKENS), h))
+    assert (got.cause.id, got.blamed) == ("hash-fnv1-not-fnv1a", ("HASH-FNV",))
+    # a hash input whose FNV-1a is 0 (the spec's zero-rule vector, docs/zero-hash-search.md)
+    zero = HashEvidence(0, (0,), 1, 0)
+    if oracle.fnv1a64(oracle.hash_input(0, (0,))) == 0:
+        assert _diagnosed(zero).cause.id == "hash-no-zero-rule"
+    unknown = _diagnosed(HashEvidence(PARENT, TOKENS, oracle.block_hash(PARENT, TOKENS), 5))
+    assert unknown.cause is None
+    assert set(unknown.blamed) <= {"HASH-INPUT", "HASH-CHAIN", "HASH-FNV", "HASH-ZERO"}
+
+
+# -- the CRC ----------------------------------------------------------------------------------
+
+
+def _crc32c_reference(data: bytes, xor_out: int = 0xFFFFFFFF) -> int:
+    """Bitwise CRC-32C (reflected 0x82F63B78), with the final XOR as given."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ xor_out
+
+
+CRC_MISTAKES = {
+    "crc-no-final-xor": lambda body: struct.pack("<I", _crc32c_reference(body, 0)),
+    "crc-ieee-polynomial": lambda body: struct.pack("<I", zlib.crc32(body)),
+    "crc-records-only": lambda body: struct.pack("<I", _crc32c_reference(body[28:])),
+    "crc-misses-last-byte": lambda body: struct.pack("<I", _crc32c_reference(body[:-1])),
+    "crc-trailer-big-endian": lambda body: struct.pack(">I", _crc32c_reference(body)),
+}
+
+
+@pytest.mark.parametrize("cause", sorted(CRC_MISTAKES))
+def test_crc_mistakes_in_an_export(cause: str) -> None:
+    blocks = _blocks()
+    expected = oracle.encode(GEOMETRY, blocks, 1)
+    body = expected[:-4]
+    got = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES[cause](body), ()))
+    assert (got.cause.id, got.blamed, got.symptom) == (cause, ("ENV-CRC",), "crc-only")
+    assert "valid-refused:EFORMAT" in got.cause.explains
+
+
+def test_no_final_xor_says_so() -> None:
+    expected = oracle.encode(GEOMETRY, _blocks(), 1)
+    body = expected[:-4]
+    got = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES["crc-no-final-xor"](body)))
+    assert "XOR 0xffffffff" in got.cause.evidence
+
+
+def test_a_crc_that_follows_the_payload_is_not_blamed() -> None:
+    """Only the payload's own requirement: the CRC differs because the payload does."""
+    blocks = _blocks()
+    expected = oracle.encode(GEOMETRY, blocks, 1)
+    wrong = bytearray(expected[:-4])
+    wrong[oracle.HEADER_SIZE + 12 + 6] ^= 0x01  # one f16 element's low byte
+    got = _diagnosed(EnvelopeEvidence(expected, oracle.seal(bytes(wrong)), tuple(blocks)))
+    assert got.cause is None
+    assert got.blamed == ("V1-F16",)
+
+
+# -- integers and records ---------------------------------------------------------------------
+
+
+def test_big_endian_header_and_record_fields() -> None:
+    blocks = _blocks()
+    expected = oracle.encode(GEOMETRY, blocks, 1)
+    header = b"TLKV" + struct.pack(">HHIIIII", 1, 1, 1, *GEOMETRY.as_dict().values())
+    record = struct.pack(">QI", blocks[0].block_hash, blocks[0].n_tokens)
+    payload = oracle.encode_payload(GEOMETRY, 1, 4, blocks[0].values)
+    actual = oracle.seal(header + record + payload)
+    got = _diagnosed(EnvelopeEvidence(expected, actual, tuple(blocks)))
+    assert (got.cause.id, got.blamed) == ("integers-big-endian", ("ENV-LE",))
+
+
+def test_record_field_order() -> None:
+    blocks = _blocks()
+    expected = oracle.encode(GEOMETRY, blocks, 1)
+    record = struct.pack("<IQ", blocks[0].n_tokens, blocks[0].block_hash)
+    payload = oracle.encode_payload(GEOMETRY, 1, 4, blocks[0].values)
+    actual = oracle.seal(oracle.encode_header(GEOMETRY, 1, 1) + record + payload)
+    got = _diagnosed(EnvelopeEvidence(expected, actual, tuple(blocks)))
+    assert (got.cause.id, got.blamed) == ("record-field-order", ("ENV-RECORD",))
+
+
+def test_size_without_trailer() -> None:
+    expected = oracle.encode(GEOMETRY, _blocks(), 1)
+    got = _diagnosed(EnvelopeEvidence(expected, expected[:-4]))
+    assert (got.cause.id, got.blamed) == ("size-without-trailer", ("ENV-SIZE",))
+    size = _diagnosed(SizeEvidence(1, 1, len(expected), len(expected) - 4))
+    assert size.cause.id == "size-without-trailer"
+
+
+# -- layout -------------------------------------------------------------------------------------
+
+
+def test_k_and_v_swapped() -> None:
+    blocks = _blocks()
+    swapped = blocks[0].values[:, ::-1].copy()
+    for version in (1, 2):
+        payload = oracle.encode_payload(GEOMETRY, version, 4, swapped)
+        got = _envelope_case(version, payload, blocks)
+        assert (got.cause.id, got.blamed) == ("k-v-swapped", (f"V{version}-LAYOUT",))
+
+
+def test_layer_and_head_axes_swapped() -> None:
+    blocks = _blocks()
+    f16 = oracle.f32_to_f16_bits(blocks[0].values)  # [L][2][Hkv][B][D]
+    payload = np.ascontiguousarray(f16.transpose(2, 1, 0, 3, 4)).astype("<u2").tobytes()
+    got = _envelope_case(1, payload, blocks)
+    assert got.cause.id == "axes-order:[Hkv][2][L]"
+    assert got.blamed == ("V1-LAYOUT",)
+
+
+def test_v2_scales_placement() -> None:
+    blocks = _blocks()
+    first = _v2_payload(blocks[0].values, 4, _right_scale, _right_quotient, order="first")
+    assert _envelope_case(2, first, blocks).cause.id == "v2-scales-first"
+    right = oracle.encode_payload(GEOMETRY, 2, 4, blocks[0].values)
+    n = GEOMETRY.n_elements
+    slab = GEOMETRY.block_tokens * GEOMETRY.head_dim
+    per_slab = b"".join(
+        right[i * slab : (i + 1) * slab] + right[n + 4 * i : n + 4 * i + 4]
+        for i in range(n // slab)
+    )
+    got = _envelope_case(2, per_slab, blocks)
+    assert (got.cause.id, got.blamed) == ("v2-scale-after-each-slab", ("V2-LAYOUT",))
+
+
+def test_stale_padding() -> None:
+    values = oracle.round_to_f16(_values())
+    blocks = _blocks(fill=2, values=values)
+    stale = oracle.f32_to_f16_bits(values).astype("<u2").tobytes()  # past the fill kept
+    got = _envelope_case(1, stale, blocks)
+    assert (got.cause.id, got.blamed) == ("stale-padding", ("V1-PAD",))
+
+
+# -- v1 values ------------------------------------------------------------------------------------
+
+
+def test_f16_zeros_and_subnormals_flushed() -> None:
+    values = oracle.round_to_f16(_values())
+    values[0, 0, 0, 0, 0] = -0.0
+    values[0, 0, 0, 0, 1] = 3e-6  # an f16 subnormal
+    blocks = _blocks(values=values)
+    flushed = values.copy()
+    flushed[0, 0, 0, 0, :2] = 0.0
+    got = _envelope_case(1, oracle.encode_payload(GEOMETRY, 1, 4, flushed), blocks)
+    assert (got.cause.id, got.blamed) == ("f16-negative-zero-flushed", ("V1-F16",))
+    values[0, 0, 0, 0, 0] = 1.0
+    flushed[0, 0, 0, 0, 0] = 1.0
+    got = _envelope_case(1, oracle.encode_payload(GEOMETRY, 1, 4, flushed), _blocks(values=values))
+    assert got.cause.id == "f16-subnormals-flushed"
+
+
+def test_f16_truncation_in_an_export() -> None:
+    """A pool that truncates what an import decoded: every differing value is one f16 step
+    toward zero (the suite knows the pool's values only in f16 here)."""
+    exact = _values()
+    rne = oracle.f32_to_f16_bits(exact)
+    truncated = np.where(
+        np.abs(oracle.f16_bits_to_f32(rne)) > np.abs(exact), rne.astype(np.int32) - 1, rne
+    ).astype("<u2")
+    blocks = [oracle.Block(0x1234, 4, oracle.f16_bits_to_f32(rne))]
+    got = _envelope_case(1, truncated.tobytes(), blocks)
+    assert (got.cause.id, got.blamed) == ("f16-round-toward-zero", ("V1-F16",))
+
+
+def test_nan_payload_and_sign() -> None:
+    values = oracle.round_to_f16(_values())
+    bits = oracle.f32_to_f16_bits(values).copy()
+    bits[0, 1, 0, 0, 0] = 0x7E55  # a quiet NaN with a payload
+    blocks = [oracle.Block(0x1234, 4, oracle.f16_bits_to_f32(bits))]
+    default = bits.copy()
+    default[0, 1, 0, 0, 0] = 0x7E00
+    got = _envelope_case(1, default.astype("<u2").tobytes(), blocks)
+    assert (got.cause.id, got.blamed) == ("nan-payload-dropped", ("V1-F16-NAN-PAYLOAD",))
+    negative = bits.copy()
+    negative[0, 1, 0, 0, 0] = 0xFE55
+    got = _envelope_case(1, negative.astype("<u2").tobytes(), blocks)
+    assert (got.cause.id, got.blamed) == ("nan-sign-lost", ("V1-F16",))
+
+
+# -- v2 numerics ---------------------------------------------------------------------------------
+
+V2_MISTAKES = {
+    "v2-scale-reciprocal": (lambda a: F32(a * F32(F32(1) / F32(448))), _right_quotient),
+    "v2-scale-fnuz-max": (lambda a: F32(a / F32(240)), _right_quotient),
+    "v2-round-toward-zero": (
+        _right_scale,
+        lambda x, s, a: _e4m3(np.trunc(0) + _toward_zero_reference((x / s).astype(F32))),
+    ),
+    "v2-quotient-reciprocal": (
+        _right_scale,
+        lambda x, s, a: _e4m3((x * (F32(1) / s).astype(F32)).astype(F32)),
+    ),
+}
+
+
+def _toward_zero_reference(q: np.ndarray) -> np.ndarray:
+    """The largest-magnitude e4m3 value not beyond each q, by search over every finite code."""
+    table = oracle.e4m3_codes_to_f32(np.arange(0x7F, dtype=np.uint8))  # +0 .. 448
+    magnitude = np.abs(q)
+    index = np.searchsorted(table, magnitude, side="right") - 1
+    return (np.sign(q) * table[index]).astype(F32)
+
+
+@pytest.mark.parametrize("cause", sorted(V2_MISTAKES))
+def test_v2_numeric_mistakes(cause: str) -> None:
+    scale_of, quotient_of = V2_MISTAKES[cause]
+    for _ in range(50):  # values on which the mistake shows (x * (1/s) rarely differs)
+        blocks = _blocks(values=_values(scale=100.0))
+        payload = _v2_payload(blocks[0].values, 4, scale_of, quotient_of)
+        if payload != oracle.encode_payload(GEOMETRY, 2, 4, blocks[0].values):
+            break
+    got = _envelope_case(2, payload, blocks)
+    assert got.cause is not None, got
+    assert got.cause.id == cause
+    assert got.blamed == (("V2-SCALE",) if "scale" in cause else ("V2-E4M3",))
+
+
+def test_v2_zero_slab_scale_zero() -> None:
+    values = oracle.round_to_f16(_values())
+    values[0, 0, 0] = 0.0
+    blocks = _blocks(values=values)
+    payload = _v2_payload(
+        values,
+        4,
+        lambda a: F32(0) if a == 0 else _right_scale(a),
+        lambda x, s, a: _e4m3(np.where(s == 0, 0, x / np.where(s == 0, 1, s)).astype(F32)),
+    )
+    got = _envelope_case(2, payload, blocks)
+    assert (got.cause.id, got.blamed) == ("v2-zero-slab-scale-zero", ("V2-SCALE-ZERO",))
+
+
+def test_v2_amax_over_unfilled_positions() -> None:
+    values = oracle.round_to_f16(_values())
+    values[..., 2:, :] *= 10  # larger values past the fill (a reused slot)
+    blocks = _blocks(fill=2, values=values)
+    amax_all = np.abs(values).max(axis=(-2, -1)).astype(F32)
+    scales = (amax_all / F32(448)).astype(F32)
+    codes = np.zeros(GEOMETRY.values_shape, dtype=np.uint8)
+    codes[..., :2, :] = _e4m3((values[..., :2, :] / scales[..., None, None]).astype(F32))
+    got = _envelope_case(2, codes.tobytes() + scales.astype("<f4").tobytes(), blocks)
+    assert (got.cause.id, got.blamed) == ("v2-amax-over-unfilled", ("V2-SCALE",))
+
+
+def test_v2_quotient_in_f64_at_a_tie() -> None:
+    """The issue's tie: amax 0.88671875, x -0.33251953125: f32 168.00002 -> 0xF3, exact 168 ->
+    0xF2."""
+    values = np.zeros(GEOMETRY.values_shape, dtype=F32)
+    values[0, 0, 0, 0, 0] = 0.88671875
+    values[0, 0, 0, 0, 1] = -0.33251953125
+    blocks = [oracle.Block(0x1234, 4, values)]
+    right = oracle.encode_payload(GEOMETRY, 2, 4, values)
+    wrong = bytearray(right)
+    assert wrong[1] == 0xF3
+    wrong[1] = 0xF2  # 168 exactly rounds to even
+    got = _envelope_case(2, bytes(wrong), blocks)
+    assert (got.cause.id, got.blamed) == ("v2-quotient-in-f64", ("V2-E4M3",))
+
+
+def test_v2_nan_at_the_top() -> None:
+    blocks = _blocks()
+    right = bytearray(oracle.encode_payload(GEOMETRY, 2, 4, blocks[0].values))
+    top = [i for i in range(GEOMETRY.n_elements) if right[i] & 0x7F == 0x7E]
+    for i in top:
+        right[i] |= 0x7F
+    got = _envelope_case(2, bytes(right), blocks)
+    assert (got.cause.id, got.blamed) == ("v2-nan-at-the-top", ("V2-NOSAT",))
+
+
+# -- values read back ------------------------------------------------------------------------------
+
+
+def _v2_record(values: np.ndarray, fill: int = 4) -> tuple[bytes, int]:
+    data = oracle.encode(GEOMETRY, [oracle.Block(0, fill, values)], 2)
+    return data, oracle.HEADER_SIZE
+
+
+def test_reader_e4m3_nan_as_480() -> None:
+    values = _values()
+    data, offset = _v2_record(values)
+    data = bytearray(data)
+    data[offset + 12] = 0x7F  # K[0][0][0][0] is NaN
+    data = oracle.seal(bytes(data[:-4]))
+    decoded = oracle.decode(data).records[0].decoded
+    expected = decoded.values.copy()
+    expected[..., 4:, :] = 0
+    actual = expected.copy()
+    actual[0, 0, 0, 0, 0] = F32(480) * decoded.scales[0, 0, 0]
+    got = _diagnosed(ValuesEvidence(expected, actual, 4, "f32", (data, offset)))
+    assert (got.cause.id, got.blamed) == ("e4m3-nan-as-480", ("V2-E4M3",))
+
+
+def test_reader_scale_ignored_and_f16_truncation() -> None:
+    values = _values()
+    data, offset = _v2_record(values)
+    decoded = oracle.decode(data).records[0].decoded
+    expected = decoded.values.copy()
+    bare = oracle.e4m3_codes_to_f32(decoded.codes)
+    got = _diagnosed(ValuesEvidence(expected, bare, 4, "f32", (data, offset)), ["READ-ACCEPT"])
+    assert (got.cause.id, got.blamed) == ("v2-scale-ignored", ("V2-DECODE",))
+    # into an f16 pool, truncated: each value's f16 bits rounded toward zero
+    bits = decoded.values.astype(np.float16).view(np.uint16).astype(np.int32)
+    over = np.abs(oracle.f16_bits_to_f32(bits.astype(np.uint16))) > np.abs(decoded.values)
+    truncated = oracle.f16_bits_to_f32(np.where(over, bits - 1, bits).astype(np.uint16))
+    if (truncated != oracle.round_to_f16(decoded.values)).any():
+        got = _diagnosed(
+            ValuesEvidence(oracle.round_to_f16(expected), truncated, 4, "f16", (data, offset))
+        )
+        assert got.cause.id == "f16-round-toward-zero"
+
+
+def test_read_past_fill_and_padding_kept() -> None:
+    values = oracle.round_to_f16(_values())
+    expected = values.copy()
+    expected[..., 2:, :] = 0
+    got = _diagnosed(ValuesEvidence(expected, values, 2, "f32", written=values))
+    assert (got.cause.id, got.blamed) == ("read-past-fill", ("POOL-WRITE-READ",))
+
+
+# -- refusals and the run-level view ----------------------------------------------------------
+
+
+def test_refusals() -> None:
+    accepted = _diagnosed(RefusalEvidence(frozenset({"READ-MAGIC"}), frozenset({"EFORMAT"}), None))
+    assert (accepted.cause.id, accepted.blamed) == ("rule-not-enforced:READ-MAGIC", ("READ-MAGIC",))
+    wrong = _diagnosed(
+        RefusalEvidence(frozenset({"READ-GEOMETRY"}), frozenset({"ESHAPE"}), "EFORMAT")
+    )
+    assert wrong.cause.id == "wrong-status:READ-GEOMETRY"
+    assert wrong.symptom == "refused:EFORMAT"
+    probed = _diagnosed(
+        RefusalEvidence(frozenset(), frozenset(), "EFORMAT", b"x", probed=("crc-no-final-xor", "t"))
+    )
+    assert (probed.cause.id, probed.blamed) == ("crc-no-final-xor", ("READ-CRC",))
+    valid = _diagnosed(RefusalEvidence(frozenset(), frozenset(), "EFORMAT", b"x"), ["READ-ACCEPT"])
+    assert (valid.cause, valid.blamed, valid.symptom) == (
+        None,
+        ("READ-ACCEPT",),
+        "valid-refused:EFORMAT",
+    )
+
+
+def test_a_symptom_explained_elsewhere_is_a_consequence() -> None:
+    expected = oracle.encode(GEOMETRY, _blocks(), 1)
+    body = expected[:-4]
+    crc = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES["crc-no-final-xor"](body)))
+    refused = _diagnosed(RefusalEvidence(frozenset(), frozenset(), "EFORMAT", expected))
+    found = findings([("export", crc), ("import", refused)])
+    assert [(f.cause.id, f.shown_by, f.explains) for f in found] == [
+        ("crc-no-final-xor", ["export"], ["import"])
+    ]
+    assert consequence_of(refused, found) == crc.cause
+
+
+def test_a_diagnosis_never_raises() -> None:
+    broken = EnvelopeEvidence(b"TLKV", b"TLKW")
+    got = attribute(broken, ["ENV-HEADER"])
+    assert got.cause is None
+    assert got.blamed == ("ENV-HEADER",)  # an unreadable expected envelope: what is cited
