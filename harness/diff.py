@@ -33,6 +33,7 @@ from .oracle import (
 
 MAX_FIELDS_SHOWN = 8
 MAX_ELEMENTS_SHOWN = 6
+MAX_BYTES_COUNTED = 2048
 WINDOW = 16
 
 
@@ -211,9 +212,16 @@ def envelope_diff(expected: bytes, actual: bytes) -> str:
         lines.append(
             f"{span.name} ({span.where}): expected {span.show(expected)}, got {span.show(actual)}"
         )
-    spans_total = len({layout.span_at(int(o)).start for o in differing}) if layout else 0
+    # Counted over the first differing bytes only: a failing property test pays this for every
+    # example it draws and shrinks, and an export of a large geometry can differ everywhere.
+    counted = differing[:MAX_BYTES_COUNTED]
+    spans_total = len({layout.span_at(int(o)).start for o in counted}) if layout else 0
     if spans_total > len(shown):
-        lines.append(f"... and {spans_total - len(shown)} more differing fields")
+        more = spans_total - len(shown)
+        if differing.size > MAX_BYTES_COUNTED:
+            lines.append(f"... and at least {more} more differing fields ({differing.size} bytes)")
+        else:
+            lines.append(f"... and {more} more differing fields")
     if layout is None and differing.size:
         lines.append(f"{differing.size} differing bytes, first at offset {first}")
     lines.append(f"expected, around offset {first}:")
