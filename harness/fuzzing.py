@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ import yaml
 
 from .cases import build_generated_case
 from .checks import calls_to_testee
+from .diagnosis import FaultEvidence
+from .errors import Quarantined
 from .exprs import BuildTarget
 from .testee import Testee
 
@@ -91,12 +94,23 @@ class FuzzRecorder:
         except Exception as exc:
             if self._failed_at is None:
                 self._failed_at = time.monotonic()
+            if _call_not_made(exc):
+                # It fails whatever the example (docs/ctypes.md, quarantine): nothing to shrink.
+                self._failed_at = -math.inf
             self._failures[key] = exc
             raise
         if unobservable is not None:
             # This example cannot be observed through this way in; others may be.
             self.unobservable.add(unobservable)
             hypothesis.reject()
+
+
+def _call_not_made(failure: Exception) -> bool:
+    """A failure because the testee's operation is quarantined, not because of the example."""
+    evidence = getattr(failure, "evidence", None)
+    return isinstance(failure, Quarantined) or (
+        isinstance(evidence, FaultEvidence) and evidence.quarantined
+    )
 
 
 def regression_case(

@@ -272,7 +272,52 @@ def test_hanging_export_times_out_then_is_not_called(run_suite, hostile_library,
     messages = messages_in_order(run)
     assert len(messages) >= 3, run.output[-4000:]
     assert "timed out after 1 s in tl_kv_export" in messages[0]
-    assert any("not called in tl_kv_export" in m for m in messages[2:]), messages
+    assert all("not called in tl_kv_export" in m for m in messages[1:]), messages
+
+
+@pytest.mark.parametrize("quarantined", [True, False])
+def test_quarantined_failure_is_not_shrunk(monkeypatch, quarantined):
+    """A property test whose example fails on a quarantined call stops shrinking at once: any
+    example fails the same way, and each would cost a case run. A failure of the example's own
+    (a crash on this input) goes on shrinking within the budget; a failing example replayed
+    fails again without running."""
+    from types import SimpleNamespace
+
+    from tlkv_conformance import fuzzing
+    from tlkv_conformance.checks import CaseFailure
+    from tlkv_conformance.diagnosis import FaultEvidence
+
+    runs = []
+
+    class Case:
+        def skip_reason(self, testee: object) -> None:
+            return None
+
+        def run(self, testee: object) -> None:
+            runs.append(1)
+            detail = "not called in tl_kv_export" if quarantined else "crashed with SIGSEGV"
+            raise CaseFailure(detail, FaultEvidence(detail, quarantined=quarantined))
+
+    monkeypatch.setattr(fuzzing, "build_generated_case", lambda *a, **k: [Case()])
+    testee = SimpleNamespace(
+        build_target=lambda target: target,
+        adapter=SimpleNamespace(keeps_blocks=False),
+        geometry=None,
+    )
+    recorder = fuzzing.FuzzRecorder(ROOT, shrink_seconds=600.0)
+    outcomes = []
+    for seed in (0, 1, 2, 0):
+        try:
+            recorder.check({"kind": "export", "seed": seed}, testee)  # type: ignore[arg-type]
+            outcomes.append("untried")
+        except CaseFailure:
+            outcomes.append("failed")
+    if quarantined:
+        assert outcomes == ["failed", "untried", "untried", "failed"]
+        assert len(runs) == 1
+    else:
+        assert outcomes == ["failed"] * 4
+        assert len(runs) == 3
 
 
 def test_export_returning_ok_without_writing_fails(run_suite, hostile_library, tmp_path):

@@ -72,10 +72,11 @@ LOAD = "load"
 STARTUP_TIMEOUT = 30.0
 _EXIT_WAIT = 5.0  # seconds to wait for a worker that closed its pipe to be reaped
 _OUTPUT_LIMIT = 16_000  # characters of a crash's output quoted in a failure message
-# An operation that hung this many times in a row, or crashed this many times in a row, is not
-# called again in the run: each further case fails at once, saying so, instead of waiting out
-# another timeout or restart (a broken engine's gate ends in about the time of a passing one).
-HANGS_BEFORE_QUARANTINE = 2
+# An operation that hung, or crashed this many times in a row, is not called again in the run:
+# each further case fails at once, saying so, instead of waiting out another timeout or restart
+# (a broken engine's gate ends in about the time of a passing one). One hang is enough: it cost
+# a whole call timeout, which no input of the suite's comes near, and a second would double it.
+HANGS_BEFORE_QUARANTINE = 1
 CRASHES_BEFORE_QUARANTINE = 3
 # The worker is `python -c _BOOTSTRAP THIS_FILE ...`. Not `python THIS_FILE`: that puts this
 # directory first on sys.path, where _ctypes.py shadows the C module `import ctypes` needs. -c
@@ -421,8 +422,11 @@ class WorkerChannel:
         history.append(how)
         timeouts = sum(1 for h in history if h.startswith("timed out"))
         if timeouts >= HANGS_BEFORE_QUARANTINE or len(history) >= CRASHES_BEFORE_QUARANTINE:
+            failed = (
+                "its last call" if len(history) == 1 else f"each of its last {len(history)} calls"
+            )
             self._quarantined[op] = (
-                f"it failed on each of its last {len(history)} calls ({'; '.join(history)}), "
+                f"it failed on {failed} ({'; '.join(history)}), "
                 "so it is not called again in this run"
             )
 

@@ -106,9 +106,11 @@ class KnownMistake:
 
 @dataclass(frozen=True, eq=False)
 class FaultEvidence:
-    """The implementation crashed, hung or was quarantined after doing so (`detail`)."""
+    """The implementation crashed, hung or was quarantined after doing so (`detail`).
+    `quarantined`: the call was not made, so the failure does not depend on the case's data."""
 
     detail: str
+    quarantined: bool = False
 
 
 Evidence = (
