@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,23 +41,51 @@ def examples_for(testee: Testee) -> int:
 
 
 @dataclass
+class ShrinkBudget:
+    """The time the run's property tests may spend shrinking, together: it starts at the first
+    failure of any of them. One property failing (a bug only the fuzzer finds) gets it all; an
+    engine that fails them all (a wrong CRC everywhere) pays it once, not once per test. Each
+    process has its own (an xdist worker, the main process)."""
+
+    seconds: float
+    _started: float | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        if self._started is None:
+            self._started = time.monotonic()
+
+    @property
+    def remaining(self) -> float:
+        if self._started is None:
+            return self.seconds
+        return max(0.0, self.seconds - (time.monotonic() - self._started))
+
+    @property
+    def spent(self) -> bool:
+        return self.remaining <= 0.0
+
+
+@dataclass
 class FuzzRecorder:
     """Runs each drawn spec as a case and remembers the last one: after a failure, hypothesis
     replays the minimal failing example last, so that is the one reported.
 
-    Shrinking is bounded: `shrink_seconds` after the first failure, a spec never tried is not
-    run against the testee any more (it counts as passing, so hypothesis stops shrinking), and a
-    spec that failed before fails again with its recorded failure without calling the testee.
-    A broken implementation (a crash, a hang, a wrong CRC everywhere) so ends its property
-    tests in seconds, reporting the smallest failing example found in that time.
+    Shrinking is bounded: once the run's `budget` is spent (or at once, for a failure that does
+    not depend on the example), a spec never tried is not run against the testee any more (it
+    counts as passing, so hypothesis stops shrinking), and a spec that failed before fails again
+    with its recorded failure without calling the testee. A broken implementation (a crash, a
+    hang, a wrong CRC everywhere) so ends its property tests in seconds, reporting the smallest
+    failing example found in that time; `cut_short` says a smaller one may exist.
     """
 
     root: Path
     reqs: tuple[str, ...] = ()
-    shrink_seconds: float = 3.0
+    budget: ShrinkBudget = field(default_factory=lambda: ShrinkBudget(3.0))
     last: dict[str, Any] | None = field(default=None, repr=False)
-    _failed_at: float | None = field(default=None, repr=False)
+    cut_short: bool = field(default=False, repr=False)
     unobservable: set[str] = field(default_factory=set, repr=False)  # why examples were rejected
+    _failed: bool = field(default=False, repr=False)
+    _settled: bool = field(default=False, repr=False)  # failing whatever the example
     _ran: int = field(default=0, repr=False)
     _failures: dict[str, Exception] = field(default_factory=dict, repr=False)
 
@@ -72,10 +99,11 @@ class FuzzRecorder:
         key = json.dumps(spec, sort_keys=True, default=repr)
         if key in self._failures:
             raise self._failures[key]
-        if self._failed_at is not None and time.monotonic() - self._failed_at > self.shrink_seconds:
-            return  # over the shrinking budget: not tried
+        if self._failed and (self._settled or self.budget.spent):
+            self.cut_short = self.cut_short or not self._settled
+            return  # not tried: shrinking is over
         self._ran += 1
-        if self._ran > examples_for(testee) and self._failed_at is None:
+        if self._ran > examples_for(testee) and not self._failed:
             return  # enough examples at this geometry: the rest pass untried
         unobservable = None
         try:
@@ -92,11 +120,10 @@ class FuzzRecorder:
                     unobservable = str(skipped.msg)
                     break
         except Exception as exc:
-            if self._failed_at is None:
-                self._failed_at = time.monotonic()
-            if _call_not_made(exc):
-                # It fails whatever the example (docs/ctypes.md, quarantine): nothing to shrink.
-                self._failed_at = -math.inf
+            self._failed = True
+            self.budget.start()
+            # A quarantined call fails whatever the example (docs/ctypes.md): nothing to shrink.
+            self._settled = self._settled or _call_not_made(exc)
             self._failures[key] = exc
             raise
         if unobservable is not None:

@@ -165,8 +165,8 @@ FUZZ_SEED = Option(
 FUZZ_SHRINK = Option(
     "--fuzz-shrink-seconds",
     "tlkv_fuzz_shrink_seconds",
-    "after a property test's first failure, how long it may spend shrinking the example "
-    "before reporting the smallest found so far (default 3)",
+    "how long the run's property tests may spend shrinking failing examples, in all, from "
+    "the first failure on; each then reports the smallest found by then (default 3)",
     None,
     "3",
 )

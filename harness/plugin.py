@@ -24,7 +24,13 @@ from .adapters import AdapterSettings, open_adapter, parse_impl
 from .checks import CaseFailure
 from .diagnosis import attribute
 from .errors import ImplementationFault, Refused, SuiteUsageError
-from .fuzzing import FuzzRecorder, case_file_text, regression_case, write_regression
+from .fuzzing import (
+    FuzzRecorder,
+    ShrinkBudget,
+    case_file_text,
+    regression_case,
+    write_regression,
+)
 from .gate import Gate, ReportPathError
 from .items import CaseFile, CaseItem
 from .known import KnownFailure, load_known_failures, stale_test_entries
@@ -38,6 +44,7 @@ TESTEES = pytest.StashKey[list[Testee]]()
 KNOWN = pytest.StashKey[list[KnownFailure]]()
 SETTINGS = pytest.StashKey[options.RunSettings]()
 STARTED = pytest.StashKey[float]()
+SHRINKING = pytest.StashKey[ShrinkBudget]()
 REQS = pytest.StashKey[tuple[tuple[str, ...], str]]()
 GATE_PLUGIN = "tlkv-gate"
 SHOULD_FAILURE_PROPERTY = "should_failure"
@@ -97,6 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     profile = config.getoption("hypothesis_profile", None) or profiles.DEFAULT_PROFILE
     config.stash[PROFILE] = profiles.activate(profile, [t.identity for t in testees_of(config)])
     profiles.bound_shrinking(run.fuzz_shrink_seconds)
+    config.stash[SHRINKING] = ShrinkBudget(run.fuzz_shrink_seconds)
     if _is_worker(config):
         return
     written = options.value(config, options.WRITE_KNOWN_FAILURES)
@@ -264,7 +272,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines.append(f"tlkv: {run.describe()}, known failures {len(known) or 'none'}")
     lines.append(
         f"tlkv: fuzzing {config.stash.get(PROFILE, '')}, seed {run.fuzz_seed}, shrinking at "
-        f"most {run.fuzz_shrink_seconds:g} s after a failure"
+        f"most {run.fuzz_shrink_seconds:g} s in all after the first failure"
     )
     report = ", ".join(str(p) for p in report_paths(run.report)) if run.report else "none"
     should = "fail the run (--strict)" if run.strict else "are warnings (exit 0)"
@@ -460,7 +468,10 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 def fuzz_case(request: pytest.FixtureRequest) -> FuzzRecorder:
     """Runs a drawn case spec against the testee; a failing one becomes a regression case."""
     marker = request.node.get_closest_marker("reqs")
-    budget = settings_of(request.config).fuzz_shrink_seconds
+    budget = request.config.stash[SHRINKING]
+    # Hypothesis's own shrinking deadline, read when this test starts shrinking: what is left
+    # of the run's (once spent, hypothesis stops at once instead of running examples untried).
+    profiles.bound_shrinking(budget.remaining)
     return FuzzRecorder(corpus.corpus_root(), tuple(marker.args) if marker else (), budget)
 
 
@@ -474,12 +485,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if not is_active(item.config):
         return report
-    report.sections = [_bounded_shrink_note(item.config, s) for s in report.sections]
+    recorder = getattr(item, "funcargs", {}).get("fuzz_case")
+    cut_short = isinstance(recorder, FuzzRecorder) and recorder.cut_short
+    report.sections = _bounded_shrink_note(item.config, report.sections, cut_short)
     # A skip points at the test's file, not at the harness line that raised it; with no line,
     # pytest's summary folds the file's skips of one reason into one line.
     if report.skipped and not hasattr(report, "wasxfail") and isinstance(report.longrepr, tuple):
         report.longrepr = (str(item.path), None, report.longrepr[2])
-    recorder = getattr(item, "funcargs", {}).get("fuzz_case")
     if report.failed and call.when == "call":
         _diagnose(item, report, call)
     if report.failed and call.when == "call" and isinstance(recorder, FuzzRecorder):
@@ -524,17 +536,29 @@ def _diagnose(item: pytest.Item, report: pytest.TestReport, call: pytest.CallInf
         report.longrepr = f"{top}\n\n{path}:{(line or 0) + 1}: {item.name}\n{message}"
 
 
-def _bounded_shrink_note(config: pytest.Config, section: tuple[str, str]) -> tuple[str, str]:
-    title, text = section
-    if _SLOW_SHRINK not in text:
-        return section
-    kept = text[: text.index(_SLOW_SHRINK)].rstrip()
+def _bounded_shrink_note(
+    config: pytest.Config, sections: list[tuple[str, str]], cut_short: bool
+) -> list[tuple[str, str]]:
+    """Hypothesis's own words when it gives up shrinking assume its five minutes: say instead
+    that the run's budget ended it (also when the recorder, not hypothesis, ended it)."""
     budget = settings_of(config).fuzz_shrink_seconds
     note = (
-        f"(shrinking stopped after --fuzz-shrink-seconds={budget:g}: the example above is the "
-        "smallest found by then)"
+        f"(shrinking stopped: the run's --fuzz-shrink-seconds={budget:g} were spent; the example "
+        "above is the smallest found by then)"
     )
-    return title, f"{kept}\n{note}" if kept else note
+    kept = []
+    for title, text in sections:
+        if _SLOW_SHRINK in text:
+            text, cut_short = text[: text.index(_SLOW_SHRINK)].rstrip(), True
+        if text:
+            kept.append((title, text))
+    if not cut_short:
+        return kept
+    for index, (title, text) in enumerate(kept):
+        if title.endswith("Hypothesis"):
+            kept[index] = (title, f"{text}\n{note}")
+            return kept
+    return [*kept, ("Hypothesis", note)]
 
 
 def _detail(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:

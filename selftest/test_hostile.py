@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -275,19 +275,14 @@ def test_hanging_export_times_out_then_is_not_called(run_suite, hostile_library,
     assert all("not called in tl_kv_export" in m for m in messages[1:]), messages
 
 
-@pytest.mark.parametrize("quarantined", [True, False])
-def test_quarantined_failure_is_not_shrunk(monkeypatch, quarantined):
-    """A property test whose example fails on a quarantined call stops shrinking at once: any
-    example fails the same way, and each would cost a case run. A failure of the example's own
-    (a crash on this input) goes on shrinking within the budget; a failing example replayed
-    fails again without running."""
-    from types import SimpleNamespace
-
+def failing_case(monkeypatch: pytest.MonkeyPatch, quarantined: bool) -> list[int]:
+    """Every drawn case fails (on a quarantined call, or on one of its own); returns the list
+    each run of a case appends to."""
     from tlkv_conformance import fuzzing
     from tlkv_conformance.checks import CaseFailure
     from tlkv_conformance.diagnosis import FaultEvidence
 
-    runs = []
+    runs: list[int] = []
 
     class Case:
         def skip_reason(self, testee: object) -> None:
@@ -299,25 +294,66 @@ def test_quarantined_failure_is_not_shrunk(monkeypatch, quarantined):
             raise CaseFailure(detail, FaultEvidence(detail, quarantined=quarantined))
 
     monkeypatch.setattr(fuzzing, "build_generated_case", lambda *a, **k: [Case()])
+    return runs
+
+
+def drawn(recorder: object, seeds: Sequence[int]) -> list[str]:
+    """What each drawn spec did in `recorder`: failed, or passed without being tried."""
+    from types import SimpleNamespace
+
+    from tlkv_conformance.checks import CaseFailure
+
     testee = SimpleNamespace(
         build_target=lambda target: target,
         adapter=SimpleNamespace(keeps_blocks=False),
         geometry=None,
     )
-    recorder = fuzzing.FuzzRecorder(ROOT, shrink_seconds=600.0)
     outcomes = []
-    for seed in (0, 1, 2, 0):
+    for seed in seeds:
         try:
-            recorder.check({"kind": "export", "seed": seed}, testee)  # type: ignore[arg-type]
+            recorder.check({"kind": "export", "seed": seed}, testee)  # type: ignore[attr-defined]
             outcomes.append("untried")
         except CaseFailure:
             outcomes.append("failed")
+    return outcomes
+
+
+@pytest.mark.parametrize("quarantined", [True, False])
+def test_quarantined_failure_is_not_shrunk(monkeypatch, quarantined):
+    """A property test whose example fails on a quarantined call stops shrinking at once: any
+    example fails the same way, and each would cost a case run. A failure of the example's own
+    (a crash on this input) goes on shrinking within the budget; a failing example replayed
+    fails again without running."""
+    from tlkv_conformance.fuzzing import FuzzRecorder, ShrinkBudget
+
+    runs = failing_case(monkeypatch, quarantined)
+    recorder = FuzzRecorder(ROOT, budget=ShrinkBudget(600.0))
+    outcomes = drawn(recorder, [0, 1, 2, 0])
     if quarantined:
         assert outcomes == ["failed", "untried", "untried", "failed"]
         assert len(runs) == 1
     else:
         assert outcomes == ["failed"] * 4
         assert len(runs) == 3
+    assert not recorder.cut_short
+
+
+def test_shrinking_budget_is_the_runs(monkeypatch):
+    """The shrinking budget is shared by the run's property tests: once spent by one, a later
+    test reports its first failing example without shrinking it, and says it was cut short
+    (an engine failing every property pays the budget once, not once per test)."""
+    from tlkv_conformance.fuzzing import FuzzRecorder, ShrinkBudget
+
+    runs = failing_case(monkeypatch, quarantined=False)
+    budget = ShrinkBudget(0.0)
+    first, second = FuzzRecorder(ROOT, budget=budget), FuzzRecorder(ROOT, budget=budget)
+    assert drawn(first, [0]) == ["failed"]
+    time.sleep(0.01)  # past the 0 s budget: shrinking is over for every test of the run
+    assert drawn(first, [1, 0]) == ["untried", "failed"]
+    assert drawn(second, [5, 6, 5]) == ["failed", "untried", "failed"]
+    assert len(runs) == 2
+    assert first.cut_short
+    assert second.cut_short
 
 
 def test_export_returning_ok_without_writing_fails(run_suite, hostile_library, tmp_path):
