@@ -72,12 +72,16 @@ LOAD = "load"
 STARTUP_TIMEOUT = 30.0
 _EXIT_WAIT = 5.0  # seconds to wait for a worker that closed its pipe to be reaped
 _OUTPUT_LIMIT = 16_000  # characters of a crash's output quoted in a failure message
-# An operation that hung, or crashed this many times in a row, is not called again in the run:
+# An operation that hung, or crashed, this many times in a row is not called again in the run:
 # each further case fails at once, saying so, instead of waiting out another timeout or restart
-# (a broken engine's gate ends in about the time of a passing one). One hang is enough: it cost
-# a whole call timeout, which no input of the suite's comes near, and a second would double it.
-HANGS_BEFORE_QUARANTINE = 1
+# (a broken engine's gate ends in about the time of a passing one).
+HANGS_BEFORE_QUARANTINE = 2
 CRASHES_BEFORE_QUARANTINE = 3
+# After its first hang an operation waits at most this many times its slowest answered call
+# (and at least the floor), not the whole call timeout: the hang has already failed the run, so
+# a shorter wait cannot turn a pass into a failure, and a second hang costs seconds, not tens.
+HUNG_TIMEOUT_FACTOR = 4.0
+HUNG_TIMEOUT_FLOOR = 1.0
 # The worker is `python -c _BOOTSTRAP THIS_FILE ...`. Not `python THIS_FILE`: that puts this
 # directory first on sys.path, where _ctypes.py shadows the C module `import ctypes` needs. -c
 # puts the current directory ("") there instead, which is taken out.
@@ -355,6 +359,8 @@ class WorkerChannel:
         self._poll = select.poll()
         self._faults: dict[str, list[str]] = {}  # op -> how its last consecutive calls ended
         self._quarantined: dict[str, str] = {}  # op -> why it is not called any more
+        self._hung: set[str] = set()  # ops that hung once: waited for less from then on
+        self._slowest: dict[str, float] = {}  # op -> seconds of its slowest answered call
 
     def open(self) -> tuple[int, int, str]:
         """Start the worker and load the implementation: its (read, write) version masks and
@@ -406,20 +412,40 @@ class WorkerChannel:
             raise Quarantined(f"not called {where}: {self._quarantined[op]}")
         if self._proc is None:
             self._start()
+        timeout = self.call_timeout
+        if op in self._hung:
+            slowest = HUNG_TIMEOUT_FACTOR * self._slowest.get(op, 0.0)
+            timeout = min(timeout, round(max(HUNG_TIMEOUT_FLOOR, slowest), 2))
+        start = time.monotonic()
         try:
-            result = self._call(op, args, self.call_timeout, where)
+            result = self._call(op, args, timeout, where)
+        except Refused:
+            self._answered(op, start)
+            raise
         except ImplementationFault as fault:
+            if timeout < self.call_timeout and str(fault).startswith("timed out"):
+                fault = ImplementationFault(
+                    f"{fault} (the wait after an earlier hang: {HUNG_TIMEOUT_FACTOR:g} times "
+                    f"its slowest answered call, at least {HUNG_TIMEOUT_FLOOR:g} s)"
+                )
             if self.generation_lost_in_call:
                 self._count_fault(op, where, str(fault).splitlines()[0])
-            raise
+            raise fault from None
+        self._answered(op, start)
         self._faults.pop(op, None)
         return result
+
+    def _answered(self, op: str, start: float) -> None:
+        took = time.monotonic() - start
+        self._slowest[op] = max(took, self._slowest.get(op, 0.0))
 
     generation_lost_in_call = False
 
     def _count_fault(self, op: str, where: str, how: str) -> None:
         history = self._faults.setdefault(op, [])
         history.append(how)
+        if how.startswith("timed out"):
+            self._hung.add(op)
         timeouts = sum(1 for h in history if h.startswith("timed out"))
         if timeouts >= HANGS_BEFORE_QUARANTINE or len(history) >= CRASHES_BEFORE_QUARANTINE:
             failed = (
