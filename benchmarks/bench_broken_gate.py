@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import statistics
 import subprocess
@@ -104,7 +105,8 @@ def time_gate(mutant: Mutant, extra: Sequence[str], logs: Path | None, tag: str)
         workdir = Path(scratch)
         try:
             with planted(mutant, workdir) as (impl, pythonpath):
-                args = [f"--impl={impl}", *extra, *mutant.suite]
+                report = workdir / "report"
+                args = [f"--impl={impl}", f"--conformance-report={report}", *extra, *mutant.suite]
                 if logs is not None:
                     args.append("--durations=8")  # output only: where the time went
                 start = time.perf_counter()
@@ -113,20 +115,28 @@ def time_gate(mutant: Mutant, extra: Sequence[str], logs: Path | None, tag: str)
                 except subprocess.TimeoutExpired:
                     return Timing(RUN_TIMEOUT, "timeout", f"killed after {RUN_TIMEOUT:g} s")
                 elapsed = time.perf_counter() - start
+                hung = waited_out(report.with_suffix(".json"))
         except MutantError as exc:
             return Timing(float("nan"), "error", str(exc).splitlines()[0])
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
         (logs / f"{tag}.txt").write_text(run.output, encoding="utf-8")
     lines = [line for line in run.output.splitlines() if _SUMMARY.search(line)]
-    # A quarantined call's message quotes the timeout that quarantined it: only a message that
-    # starts with it is a wait.
-    hung = sum(
-        float(found.group(1))
-        for message in run.messages.values()
-        if (found := _TIMED_OUT.search(message.split(": not called", 1)[0]))
-    )
     return Timing(elapsed, run.returncode, lines[-1].strip("= ") if lines else "", hung)
+
+
+def waited_out(report: Path) -> float:
+    """Seconds the run waited out call timeouts, from its report's test messages (SHOULD
+    warnings included, which JUnit records as passed). A quarantined call's message quotes the
+    timeouts that quarantined it: only a message that starts with one is a wait."""
+    if not report.is_file():
+        return 0.0
+    tests = json.loads(report.read_text(encoding="utf-8")).get("tests", [])
+    return sum(
+        float(found.group(1))
+        for test in tests
+        if (found := _TIMED_OUT.search((test.get("message") or "").split(": not called", 1)[0]))
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
