@@ -24,7 +24,14 @@ import yaml
 from tlkv_conformance.references.clib.build import build_library
 from tlkv_conformance.requirements import requirements
 
-from selftest.support import ROOT, SuiteRun, patched_copy, run_conformance, start_reference_server
+from selftest.support import (
+    ROOT,
+    SuiteRun,
+    patched_copy,
+    pool_flags,
+    run_conformance,
+    start_reference_server,
+)
 
 CATALOGUE = Path(__file__).with_name("mutants") / "catalogue.yaml"
 TARGETS = {
@@ -187,15 +194,10 @@ def planted(
             package / MUTANT_PACKAGE / mutant.file,
         )
         config = {**DEFAULT_SERVER, **mutant.server}
-        b, layers, heads, dim = config["geometry"]
         try:
             server = start_reference_server(
                 [
-                    f"--block-tokens={b}",
-                    f"--n-layers={layers}",
-                    f"--n-kv-heads={heads}",
-                    f"--head-dim={dim}",
-                    f"--capacity={config['capacity']}",
+                    *pool_flags(config["geometry"], config["capacity"]),
                     # the copy's engine, so that a mutant of it is the one served
                     f"--backend=py:{MUTANT_PACKAGE}.pyref",
                     *config["flags"],

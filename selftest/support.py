@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,6 +157,18 @@ class ServerStartError(RuntimeError):
 
 
 REFERENCES = "tlkv_conformance.references"
+
+
+def pool_flags(geometry: Sequence[int], capacity: int) -> list[str]:
+    """The reference server's options for its one pool: geometry (B, L, Hkv, D) and capacity."""
+    b, layers, heads, dim = geometry
+    return [
+        f"--block-tokens={b}",
+        f"--n-layers={layers}",
+        f"--n-kv-heads={heads}",
+        f"--head-dim={dim}",
+        f"--capacity={capacity}",
+    ]
 
 
 def start_reference_server(

@@ -23,7 +23,13 @@ from selftest.mutation import (
     one_geometry_patch,
     run_mutant,
 )
-from selftest.support import Server, SuiteRun, patched_copy, start_reference_server
+from selftest.support import (
+    Server,
+    SuiteRun,
+    patched_copy,
+    pool_flags,
+    start_reference_server,
+)
 
 GEOMETRY = "16x16x8x64"
 DIMS = [int(v) for v in GEOMETRY.split("x")]
@@ -116,16 +122,7 @@ def test_each_planted_bug_fails_the_run_at_the_geometry(mutant_id: str, tmp_path
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    b, layers, heads, dim = DIMS
-    started = start_reference_server(
-        [
-            f"--block-tokens={b}",
-            f"--n-layers={layers}",
-            f"--n-kv-heads={heads}",
-            f"--head-dim={dim}",
-            f"--capacity={CAPACITY}",
-        ]
-    )
+    started = start_reference_server(pool_flags(DIMS, CAPACITY))
     yield started
     started.stop()
 
@@ -161,9 +158,7 @@ def test_a_server_wrong_about_the_geometry_is_a_mutant_at_the_geometry(mutant_id
 def test_header_says_once_that_v1_blocks_do_not_fit_a_chunk(run_suite):
     """At 16x80x8x128 one v1 block is 28 + 12 + 2 * 16 * 80 * 8 * 128 * 2 + 4 = 5,242,924
     bytes, over the 4 MiB a KvChunk carries; its v2 envelope (2,626,604 bytes) fits."""
-    big = start_reference_server(
-        ["--block-tokens=16", "--n-layers=80", "--n-kv-heads=8", "--head-dim=128", "--capacity=1"]
-    )
+    big = start_reference_server(pool_flags((16, 80, 8, 128), capacity=1))
     try:
         # -v undoes -q, which hides the header; one small file keeps collecting cheap.
         run = run_suite(f"--impl={big.impl}", "--collect-only", "-v", "cases/hash.yaml")

@@ -22,7 +22,7 @@ from tlkv_conformance.cases import RejectCase, load_case_file
 from tlkv_conformance.cases.kinds import TransferCase
 from tlkv_conformance.errors import NotObservable, Refused, SuiteUsageError
 
-from selftest.support import Server, start_reference_server
+from selftest.support import Server, pool_flags, start_reference_server
 
 ROOT = Path(__file__).resolve().parent.parent
 # The reader cases of the corpus use this pool; the exhaustive ones the spec example's.
@@ -43,17 +43,7 @@ def grpc_server() -> Iterator[Callable[..., Server]]:
     def start(
         *flags: str, geometry: tuple[int, int, int, int] = READER_GEOMETRY, capacity: int = CAPACITY
     ) -> Server:
-        b, layers, heads, dim = geometry
-        server = start_reference_server(
-            [
-                f"--block-tokens={b}",
-                f"--n-layers={layers}",
-                f"--n-kv-heads={heads}",
-                f"--head-dim={dim}",
-                f"--capacity={capacity}",
-                *flags,
-            ]
-        )
+        server = start_reference_server([*pool_flags(geometry, capacity), *flags])
         started.append(server)
         return server
 
