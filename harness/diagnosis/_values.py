@@ -78,6 +78,8 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
             oracle.f32_to_f16_bits(actual[differ]),
             "read back",
         )
+    if not causes:
+        causes = _nan_lost_causes(expected[differ], actual[differ], version)
     return causes, reqs
 
 
@@ -137,9 +139,24 @@ def _nan_causes(expected: np.ndarray, actual: np.ndarray, differ: np.ndarray) ->
         Cause(
             "nan-sign-lost",
             "NaNs read back with another sign (a canonical NaN written in their place)",
-            ("V1-F16",),
+            ("NAN-SIGN",),
             f"{want.size} NaNs read back as "
             + ", ".join(sorted({f"{int(b):#010x}" for b in got_bits[:4]})),
+        )
+    ]
+
+
+def _nan_lost_causes(want: np.ndarray, got: np.ndarray, version: int | None) -> list[Cause]:
+    """NaNs that came back as numbers, zeros or infinities (a MUST, unlike their sign)."""
+    if not want.size or not np.isnan(want).all() or np.isnan(got).any():
+        return []
+    shown = "infinities" if np.isinf(got).all() else "zeros" if (got == 0).all() else "numbers"
+    return [
+        Cause(
+            "nan-not-nan",
+            "NaNs read back as numbers or infinities (a NaN must stay a NaN)",
+            ("V2-DECODE" if version == 2 else "V1-F16",),
+            f"{want.size} NaNs read back as {shown}, e.g. {float(got[0])!r}",
         )
     ]
 
@@ -164,15 +181,16 @@ def _v2_read_causes(
 
     as_f32 = oracle.e4m3_codes_to_f32(codes)
     nan_codes = (codes & 0x7F) == 0x7F
-    if nan_codes[differ].any():
-        as_480 = np.where(nan_codes, np.copysign(F32(480), as_f32), as_f32)
-        if matches((as_480 * scales).astype(F32)):
+    # 480: the code read as if e4m3 had no NaN; 448: saturated to the largest finite value.
+    for number in (480, 448) if nan_codes[differ].any() else ():
+        as_number = np.where(nan_codes, np.copysign(F32(number), as_f32), as_f32)
+        if matches((as_number * scales).astype(F32)):
             return [
                 Cause(
-                    "e4m3-nan-as-480",
-                    "the e4m3 NaN codes 0x7F / 0xFF decoded as +-480",
+                    f"e4m3-nan-as-{number}",
+                    f"the e4m3 NaN codes 0x7F / 0xFF decoded as +-{number}",
                     ("V2-E4M3",),
-                    "every NaN code read back as 480 x its slab's scale",
+                    f"every NaN code read back as {number} x its slab's scale",
                 )
             ]
     if matches(as_f32):
