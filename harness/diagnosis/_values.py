@@ -39,7 +39,12 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
     actual = np.asarray(ev.actual, dtype=np.float32)
     if expected.shape != actual.shape:
         return [], {"POOL-WRITE-READ"}
-    differ = ~_same(expected, actual)
+    # NaN for NaN is the MUST: a NaN's sign or payload is what differs only when nothing else
+    # does (a SHOULD case, failing on them alone).
+    differ = _bits(expected) != _bits(actual)
+    nan_for_nan = np.isnan(expected) & np.isnan(actual)
+    if (differ & ~nan_for_nan).any():
+        differ &= ~nan_for_nan
     fill = ev.n_tokens
     past = np.zeros(expected.shape, dtype=bool)
     past[..., fill:, :] = True
@@ -131,17 +136,28 @@ def _past_fill_causes(
 
 
 def _nan_causes(expected: np.ndarray, actual: np.ndarray, differ: np.ndarray) -> list[Cause]:
+    """NaNs read back as NaNs of another sign or payload (SHOULDs, docs/decisions.md)."""
     want, got = expected[differ], actual[differ]
     if not (np.isnan(want) & np.isnan(got)).all():
         return []
-    got_bits = _bits(got)
+    want_bits, got_bits = _bits(want), _bits(got)
+    shown = ", ".join(sorted({f"{int(b):#010x}" for b in got_bits[:4]}))
+    if ((want_bits ^ got_bits) >> 31).any():
+        return [
+            Cause(
+                "nan-sign-lost",
+                "NaNs read back with another sign (a canonical NaN written in their place)",
+                ("NAN-SIGN",),
+                f"{want.size} NaNs read back as {shown}",
+            )
+        ]
     return [
         Cause(
-            "nan-sign-lost",
-            "NaNs read back with another sign (a canonical NaN written in their place)",
-            ("NAN-SIGN",),
-            f"{want.size} NaNs read back as "
-            + ", ".join(sorted({f"{int(b):#010x}" for b in got_bits[:4]})),
+            "nan-payload-dropped",
+            "a quiet NaN's payload dropped (a default NaN written)",
+            ("V1-F16-NAN-PAYLOAD",),
+            f"{want.size} NaNs read back with another payload, e.g. {int(want_bits[0]):#010x} "
+            f"as {int(got_bits[0]):#010x}",
         )
     ]
 
