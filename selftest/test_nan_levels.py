@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tlkv_conformance import oracle
 from tlkv_conformance.checks import NAN_BITS_DIFFER, CaseFailure, compare_envelopes
-from tlkv_conformance.diagnosis import attribute
+from tlkv_conformance.diagnosis import ValuesEvidence, attribute
 from tlkv_conformance.diff import values_diff
 
 GEOMETRY = oracle.Geometry(4, 1, 1, 8)  # 64 elements a block
@@ -116,3 +116,17 @@ def test_values_any_nan_is_the_must_and_its_sign_a_should() -> None:
     infinite = expected.copy()
     infinite[np.isnan(infinite)] = np.inf
     assert values_diff(expected, infinite, "f16") is not None
+
+
+def test_values_diagnosis_names_the_sign_or_the_payload() -> None:
+    expected = oracle.f16_bits_to_f32(_f16_bits().reshape(GEOMETRY.values_shape))
+    default_nan = expected.copy()
+    bits = default_nan.view(np.uint32)
+    quiet = np.isnan(default_nan)
+    bits[quiet] = (bits[quiet] & np.uint32(0x80000000)) | np.uint32(0x7FC00000)
+    got = attribute(ValuesEvidence(expected, default_nan, 4, "f16"), ())
+    assert (got.cause.id, got.blamed) == ("nan-payload-dropped", ("V1-F16-NAN-PAYLOAD",))
+    canonical = expected.copy()
+    canonical.view(np.uint32)[quiet] = 0x7FFFFFFF
+    got = attribute(ValuesEvidence(expected, canonical, 4, "f16"), ())
+    assert (got.cause.id, got.blamed) == ("nan-sign-lost", ("NAN-SIGN",))
