@@ -266,7 +266,8 @@ class _PoolScript:
                 for b in plans
             ]
 
-        compare_envelopes(expected, self.pool.export(ids, arg["version"]), level, blocks=held)
+        exported = self.pool.export(ids, arg["version"])
+        compare_envelopes(expected, exported, level, self.nan, blocks=held)
 
     def _export_bytes(self, arg: Mapping[str, Any]) -> None:
         got = self.pool.export_bytes(arg["n_blocks"], arg["version"])
