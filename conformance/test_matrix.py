@@ -7,7 +7,9 @@ blocks and exports them, the consumer imports the bytes and must read back what 
 The terminal summary and the conformance report show the verdicts as a table, rows export and
 columns import. A failure names the side at fault: the producer when its envelope differs from
 the oracle's encoding of the blocks it was given, the consumer when it refuses the envelope or
-reads back other values. With one --impl there is nothing to cross: one skip says so.
+reads back other values. Each NaN must stay a NaN; its sign and payload are SHOULDs
+(docs/decisions.md), checked by test_matrix_nan_bits for each v1 pair: a warning in the
+pair's cell. With one --impl there is nothing to cross: one skip says so.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ VERSION_REQS = {
 # Small, so that a pair costs little; B = 4 leaves room for a partial tail of 3.
 DEFAULT_GEOMETRY = oracle.Geometry(block_tokens=4, n_layers=2, n_kv_heads=2, head_dim=8)
 BLOCK_SETS = ("full", "tail")  # two chained full blocks; a full block and a partial tail
-# f16 patterns v1 must carry exactly: -0.0, the smallest subnormal, the largest finite, -inf,
-# a quiet NaN with a payload. (Signalling NaNs are a SHOULD: not here.)
-V1_SPECIALS = (0x8000, 0x0001, 0x7BFF, 0xFC00, 0x7E55)
+# f16 patterns v1 must carry exactly: -0.0, the smallest subnormal, the largest finite, -inf;
+# and quiet NaNs of both signs with payloads, which must stay NaNs (their sign and payload:
+# test_matrix_nan_bits). Signalling NaNs are a SHOULD of their own: not here.
+V1_SPECIALS = (0x8000, 0x0001, 0x7BFF, 0xFC00, 0x7E55, 0xFE01)
+NAN_BITS_REQS = ("NAN-SIGN", "V1-F16-NAN-PAYLOAD")
 ONE_IMPL = "the cross-implementation matrix needs two or more --impl values"
 PARAMS = ("producer", "consumer", "version", "block_set")
 RUN_NONCE = secrets.randbits(31)
@@ -52,6 +56,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         skip = pytest.mark.skip(reason=ONE_IMPL)
         metafunc.parametrize(PARAMS, [pytest.param(None, None, 0, "", id="one-impl", marks=skip)])
         return
+    nan_bits = metafunc.definition.originalname == "test_matrix_nan_bits"
     params = [
         pytest.param(
             producer,
@@ -59,10 +64,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             version,
             block_set,
             id=f"{block_set}-v{version}-{producer.label}->{consumer.label}",
-            marks=[getattr(pytest.mark, f"v{version}"), pytest.mark.reqs(*VERSION_REQS[version])],
+            marks=[
+                getattr(pytest.mark, f"v{version}"),
+                pytest.mark.reqs(*(NAN_BITS_REQS if nan_bits else VERSION_REQS[version])),
+            ],
         )
         for block_set in BLOCK_SETS
-        for version in VERSION_REQS
+        for version in ((1,) if nan_bits else VERSION_REQS)
         for producer in testees
         for consumer in testees
     ]
@@ -135,11 +143,17 @@ def _export(
 
 
 def _check_producer(
-    producer: Testee, geometry: oracle.Geometry, data: bytes, blocks: list[oracle.Block], v: int
+    producer: Testee,
+    geometry: oracle.Geometry,
+    data: bytes,
+    blocks: list[oracle.Block],
+    v: int,
+    nan: str,
 ) -> None:
     expected = oracle.encode(geometry, blocks, v)
+    level = producer.v2_level if v == 2 else "strict"
     try:
-        compare_envelopes(expected, data, producer.v2_level if v == 2 else "strict", blocks=blocks)
+        compare_envelopes(expected, data, level, nan, blocks)
     except CaseFailure as exc:
         raise exc.prefixed(
             f"producer {producer.label}: its v{v} export differs from the oracle's encoding of "
@@ -148,7 +162,7 @@ def _check_producer(
 
 
 def _check_consumer(
-    consumer: Testee, producer: Testee, geometry: oracle.Geometry, data: bytes
+    consumer: Testee, producer: Testee, geometry: oracle.Geometry, data: bytes, nan: str
 ) -> None:
     envelope = oracle.decode(data, oracle.ReaderProfile(geometry, consumer.info.read_versions))
     what = f"the v{envelope.version} envelope {producer.label} exported"
@@ -157,7 +171,7 @@ def _check_consumer(
         free_before = free_count(pool)
         try:
             ids = pool.import_envelope(data, n)
-            check_imported(pool, envelope, ids, [], free_before, data)
+            check_imported(pool, envelope, ids, [], free_before, data, nan)
         except Refused as refusal:
             raise CaseFailure(
                 f"consumer {consumer.label} refused {what}: {refusal}",
@@ -168,7 +182,19 @@ def _check_consumer(
 
 
 def test_matrix(producer: Testee, consumer: Testee, version: int, block_set: str) -> None:
-    """The consumer reads back, in its own precision, what the producer's envelope holds."""
+    """The consumer reads back, in its own precision, what the producer's envelope holds
+    (each NaN a NaN)."""
+    _cross(producer, consumer, version, block_set, "any")
+
+
+def test_matrix_nan_bits(producer: Testee, consumer: Testee, version: int, block_set: str) -> None:
+    """test_matrix with each NaN's sign and payload: the producer's envelope byte for byte,
+    and the consumer reading back the same bits (SHOULDs, docs/decisions.md)."""
+    _cross(producer, consumer, version, block_set, "exact")
+
+
+def _cross(producer: Testee, consumer: Testee, version: int, block_set: str, nan: str) -> None:
+    """One producer x consumer pair, NaNs compared as `nan` says (harness.diff.NAN_POLICIES)."""
     _skip_unless_able(producer, consumer, version)
     geometry = _geometry(producer, consumer)
     seed = zlib.crc32(f"{block_set} v{version} {producer.label} {consumer.label}".encode())
@@ -177,6 +203,6 @@ def test_matrix(producer: Testee, consumer: Testee, version: int, block_set: str
     with calls_to_testee(f"producer {producer.label}"):
         envelopes = _export(producer, geometry, blocks, version)
     for data, held in envelopes:
-        _check_producer(producer, geometry, data, held, version)
+        _check_producer(producer, geometry, data, held, version, nan)
         with calls_to_testee(f"consumer {consumer.label}"):
-            _check_consumer(consumer, producer, geometry, data)
+            _check_consumer(consumer, producer, geometry, data, nan)

@@ -2,10 +2,11 @@
 
 Every entry of every manifest under the parity roots (the bundled parity/, and any added with
 --parity-root or the ini key tlkv_parity_root) gives two tests: writing its blocks and exporting
-them must give the blob, and importing the blob must give back its blocks. A v2 entry with a
-partial block gives a third, at SHOULD: the e4m3 codes past the fill are zero (V2-PAD,
-docs/decisions.md). Folders made with `tlkv-conformance golden new` are picked up without any
-change here.
+them must give the blob, and importing the blob must give back its blocks, each NaN a NaN. A
+v1 entry holding NaNs gives two more, at SHOULD: the same with each NaN's sign and payload
+(NAN-SIGN, V1-F16-NAN-PAYLOAD); a v2 entry with a partial block one: the e4m3 codes past the
+fill are zero (V2-PAD). Both are docs/decisions.md's. Folders made with `tlkv-conformance
+golden new` are picked up without any change here.
 
 A blob that no longer matches its manifest (size, sha256, CRC-32C), or a manifest that cannot be
 read, is the suite's broken data, not the implementation's fault: its tests ERROR at setup with
@@ -60,6 +61,8 @@ IMPORT_REQS = {
     1: ("READ-ACCEPT", "IMPORT-ORDER", "V1-LAYOUT", "V1-F16"),
     2: ("READ-ACCEPT", "IMPORT-ORDER", "V2-LAYOUT", "V2-DECODE"),
 }
+# A NaN's sign and payload: SHOULDs, checked by the *_nan_bits twins (docs/decisions.md).
+NAN_BITS_REQS = ("NAN-SIGN", "V1-F16-NAN-PAYLOAD")
 PAD_NOTE = (
     "(e4m3 codes past each fill were zeroed before comparing: V2-PAD is checked on its own, "
     "at SHOULD, by test_export_v2_pad)"
@@ -92,8 +95,8 @@ def _reqs(test: str, entry: GoldenEntry) -> tuple[str, ...] | None:
         return IMPORT_REQS[entry.version]
     if test == "test_export_v2_pad":
         return ("V2-PAD",) if entry.version == 2 and entry.has_partial else None
-    if test == "test_export_nan_payloads":
-        return ("V1-F16-NAN-PAYLOAD",) if entry.version == 1 and entry.has_nan else None
+    if test in ("test_export_nan_bits", "test_import_nan_bits"):
+        return NAN_BITS_REQS if entry.version == 1 and entry.has_nan else None
     reqs = EXPORT_REQS[entry.version]
     if entry.version == 1 and entry.has_partial:
         reqs += ("V1-PAD",)
@@ -221,14 +224,14 @@ def test_export(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
 
 
 @pytest.mark.writer
-def test_export_nan_payloads(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
-    """The blob byte for byte, NaN payloads included (test_export lets a NaN's payload differ
-    as long as it stays a NaN of its sign: the payload is a SHOULD, docs/decisions.md)."""
+def test_export_nan_bits(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
+    """The blob byte for byte, each NaN's sign and payload included (test_export lets a NaN
+    differ as long as it stays a NaN: its sign and payload are SHOULDs, docs/decisions.md)."""
     data = _export(testee, golden, len(blob))
     try:
         compare_envelopes(blob, data, "strict", nan="exact", blocks=golden.oracle_blocks)
     except CaseFailure as exc:
-        raise exc.prefixed(f"export differs from {golden.display} in NaN payloads:\n") from None
+        raise exc.prefixed(f"export differs from {golden.display} in NaN bits:\n") from None
 
 
 @pytest.mark.writer
@@ -252,8 +255,20 @@ def test_export_v2_pad(testee: Testee, golden: GoldenEntry, blob: bytes) -> None
 @pytest.mark.reader
 def test_import(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
     """Import the blob into an empty pool: every block reads back with its hash, fill and
-    values (v1: the manifest's values exactly; v2: the decoded values in the pool's precision),
-    and every hashed block is registered."""
+    values (v1: the manifest's values exactly, each NaN a NaN; v2: the decoded values in the
+    pool's precision), and every hashed block is registered."""
+    _import(testee, golden, blob, "any")
+
+
+@pytest.mark.reader
+def test_import_nan_bits(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
+    """test_import, each NaN read back with its sign and payload (a signalling one may come
+    back quieted): SHOULDs, docs/decisions.md."""
+    _import(testee, golden, blob, "quieted")
+
+
+def _import(testee: Testee, golden: GoldenEntry, blob: bytes, nan: str) -> None:
+    """Import the blob and check every block, NaNs compared as `nan` says."""
     _skip_unless(testee, Capability.POOL, Capability.IMPORT)
     if golden.version not in testee.info.read_versions:
         pytest.skip(f"{testee.label} does not read v{golden.version}")
@@ -280,6 +295,7 @@ def test_import(testee: Testee, golden: GoldenEntry, blob: bytes) -> None:
                 where,
                 block=f"block {index}",
                 source=ValueSource.of_record(blob, records[index]),
+                nan=nan,
             )
             if block.block_hash:
                 _check_registered(pool, block.block_hash, where)

@@ -120,7 +120,7 @@ def compare_values(
     *,
     block: str | None = None,
     source: ValueSource | None = None,
-    nan: str = "sign",
+    nan: str = "any",
     n_tokens: int | None = None,
     written: np.ndarray | None = None,
 ) -> None:
@@ -148,7 +148,7 @@ def compare_readback(
     *,
     block: str | None = None,
     source: ValueSource | None = None,
-    nan: str = "sign",
+    nan: str = "any",
     written: np.ndarray | None = None,
 ) -> None:
     """A block read back against what it should hold: hash, fill, and the values in the pool's
@@ -185,14 +185,15 @@ def compare_envelopes(
     expected: bytes,
     actual: bytes,
     level: str = "strict",
-    nan: str = "sign",
+    nan: str = "any",
     blocks: Sequence[oracle.Block] | Callable[[], Sequence[oracle.Block]] = (),
 ) -> None:
     """Byte-exact, or for v2 at the tolerant level: header, hashes, fills, scales exact, the
     CRC valid for the bytes written, and each e4m3 element within one code of the expected.
-    A v1 f16 NaN may differ as `nan` allows (harness.diff.NAN_POLICIES; the CRC then follows
-    the bytes written). `blocks`: what the writer held (in the pool's precision, past each
-    fill included), or a function giving them (called only on a failure), for the diagnosis."""
+    An f16 NaN element (v1) or an e4m3 NaN code (v2) may differ as `nan` allows
+    (harness.diff.NAN_POLICIES; the CRC then follows the bytes written). `blocks`: what the
+    writer held (in the pool's precision, past each fill included), or a function giving
+    them (called only on a failure), for the diagnosis."""
     if expected == actual or _only_nans_differ(expected, actual, nan):
         return
     evidence = EnvelopeEvidence(expected, actual, tuple(blocks() if callable(blocks) else blocks))
@@ -201,12 +202,20 @@ def compare_envelopes(
         if problem is None:
             return
         raise CaseFailure(f"v2 (tolerant): {problem}\n{envelope_diff(expected, actual)}", evidence)
+    if _only_nans_differ(expected, actual, "any"):
+        raise CaseFailure(f"{NAN_BITS_DIFFER}\n{envelope_diff(expected, actual)}", evidence)
     raise CaseFailure(envelope_diff(expected, actual), evidence)
 
 
+NAN_BITS_DIFFER = (
+    "only NaNs differ: each is still a NaN (the MUST), with another sign or payload (a SHOULD, "
+    "docs/decisions.md); the CRC-32C trailer is that of the bytes written, as it must be"
+)
+
+
 def _only_nans_differ(expected: bytes, actual: bytes, nan: str) -> bool:
-    """Whether `actual` is `expected` but for f16 NaNs `nan` tolerates (v1), with a trailer
-    that is the CRC-32C of its own bytes."""
+    """Whether `actual` is `expected` but for f16 NaN elements (v1) or e4m3 NaN codes (v2)
+    that `nan` tolerates, with a trailer that is the CRC-32C of its own bytes."""
     if nan == "exact" or len(expected) != len(actual) or len(expected) < oracle.MIN_ENVELOPE_SIZE:
         return False
     body = actual[: -oracle.CRC_SIZE]
@@ -216,30 +225,30 @@ def _only_nans_differ(expected: bytes, actual: bytes, nan: str) -> bool:
         reference = oracle.decode(expected)
     except oracle.Rejected:
         return False
-    if reference.version != 1:
-        return False
-    payloads = np.zeros(len(expected), dtype=bool)  # where f16 elements lie
+    # Where NaNs may lie: v1 every f16 element, v2 the e4m3 codes (never a scale).
+    width = 2 if reference.version == 1 else 1
+    n_elements = reference.geometry.n_elements
+    elements = np.zeros(len(expected), dtype=bool)
     for record in reference.records:
         start = record.offset + oracle.RECORD_PREFIX_SIZE
-        payloads[start : start + len(record.payload)] = True
+        elements[start : start + n_elements * width] = True
     want = np.frombuffer(expected, dtype=np.uint8)
     got = np.frombuffer(actual, dtype=np.uint8)
     unequal = want != got
     unequal[-oracle.CRC_SIZE :] = False
-    if (unequal & ~payloads).any():
+    if (unequal & ~elements).any():
         return False
-    # Every differing payload byte belongs to an f16 NaN the policy lets pass.
-    offsets = np.flatnonzero(unequal)
-    elements = np.unique((offsets - oracle.HEADER_SIZE) // 2 * 2 + oracle.HEADER_SIZE)
+    # Every differing element is a NaN the policy lets pass.
+    dtype = "<u2" if width == 2 else np.uint8
     for record in reference.records:
         base = record.offset + oracle.RECORD_PREFIX_SIZE
-        mine = elements[(elements >= base) & (elements < base + len(record.payload))]
+        mine = np.flatnonzero(unequal[base : base + n_elements * width]) // width
         if not mine.size:
             continue
-        index = (mine - base) // 2
-        want16 = np.frombuffer(expected, dtype="<u2", offset=base, count=len(record.payload) // 2)
-        got16 = np.frombuffer(actual, dtype="<u2", offset=base, count=len(record.payload) // 2)
-        if not nan_tolerated(want16[index], got16[index], nan).all():
+        index = np.unique(mine)
+        want_elements = np.frombuffer(expected, dtype=dtype, offset=base, count=n_elements)
+        got_elements = np.frombuffer(actual, dtype=dtype, offset=base, count=n_elements)
+        if not nan_tolerated(want_elements[index], got_elements[index], nan).all():
             return False
     return True
 

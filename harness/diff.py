@@ -279,23 +279,31 @@ def _as_pool_bytes(values: np.ndarray, width: int) -> bytes:
     return flat.view(np.uint32).astype("<u4").tobytes()
 
 
-# How NaNs compare (docs/decisions.md): "sign" (a NaN stays a NaN of its sign: the MUST),
-# "quieted" (exactly, or with the quiet bit set: a signalling NaN through IEEE conversions),
-# "exact" (bit for bit, payload included: a SHOULD).
-NAN_POLICIES = ("sign", "quieted", "exact")
+# How NaNs compare (docs/decisions.md, "A NaN stays a NaN"): "any" (a NaN stays a NaN of its
+# format, whatever its sign and payload: the MUST), "sign" (a NaN of the same sign), "quieted"
+# (exactly, or with the quiet bit set: a signalling NaN through IEEE conversions), "exact" (bit
+# for bit, payload included). IEEE 754 6.3 does not interpret a NaN's sign in a conversion, so
+# the sign and the payload are SHOULDs (NAN-SIGN, V1-F16-NAN-PAYLOAD).
+NAN_POLICIES = ("any", "sign", "quieted", "exact")
 _F32_SIGN, _F32_QUIET = np.uint32(0x80000000), np.uint32(0x00400000)
 _F16_SIGN, _F16_QUIET = np.uint16(0x8000), np.uint16(0x0200)
+E4M3_NAN = 0x7F  # a code is NaN when its low seven bits are all set (0x7F, 0xFF)
 
 
 def nan_tolerated(expected: np.ndarray, actual: np.ndarray, nan: str) -> np.ndarray:
-    """Which of the differing bit patterns (u32 of f32, or u16 of f16) `nan` lets pass."""
-    if nan == "exact":
+    """Which of the differing bit patterns (u32 of f32, u16 of f16, or u8 e4m3 codes) `nan`
+    lets pass. An e4m3 NaN code has no payload: only "any" lets it take the other sign."""
+    if nan == "exact" or (nan != "any" and expected.dtype == np.uint8):
         return np.zeros(expected.shape, dtype=bool)
+    if expected.dtype == np.uint8:
+        return ((expected & E4M3_NAN) == E4M3_NAN) & ((actual & E4M3_NAN) == E4M3_NAN)
     if expected.dtype == np.uint16:
         floats, sign, quiet = np.float16, _F16_SIGN, _F16_QUIET
     else:
         floats, sign, quiet = np.float32, _F32_SIGN, _F32_QUIET
     both_nan = np.isnan(expected.view(floats)) & np.isnan(actual.view(floats))
+    if nan == "any":
+        return both_nan
     same_sign = (expected & sign) == (actual & sign)
     if nan == "quieted":
         return both_nan & ((actual == expected) | (actual == (expected | quiet)))
@@ -309,7 +317,7 @@ def values_diff(
     *,
     block: str | None = None,
     source: ValueSource | None = None,
-    nan: str = "sign",
+    nan: str = "any",
 ) -> str | None:
     """Where f32 values [L][2][Hkv][B][D] differ bit for bit (-0.0 counts; NaNs as `nan`
     says, NAN_POLICIES), shown in the pool's precision `dtype`; None when they are the same.

@@ -204,7 +204,13 @@ def _envelope_vector(case: ImportCase | RejectCase, source: str) -> dict[str, An
             values = np.array(record.decoded.values, dtype=np.float32)
             values[..., record.n_tokens :, :] = 0
             blocks.append(_block(record.block_hash, record.n_tokens, values))
-        return {**vector, "result": "valid", "version": envelope.version, "blocks": blocks}
+        return {
+            **vector,
+            "result": "valid",
+            "version": envelope.version,
+            "nan": case.nan,
+            "blocks": blocks,
+        }
     free = pool.capacity - len(pool.preload)
     if case.code is not None:
         c_codes = [case.code]
@@ -236,7 +242,7 @@ def _export_vector(case: ExportCase | RoundtripCase, source: str) -> dict[str, A
         "blocks": [_block(p.block_hash, p.n_tokens, p.values) for p in case.blocks],
         "envelope_hex": case.expected.hex(),
         "v2_level": case.v2_level,
-        "nan": getattr(case, "nan", "sign"),
+        "nan": case.nan,
     }
 
 

@@ -41,8 +41,11 @@ TARGETS = {
 }
 GRPC_SERVICE = "grpc_server/_service.py"
 # Every mutant run: SHOULD failures count, a hang is cut short, fuzzing is bounded and stable
-# and stops at the first failing example (a verdict is all a mutant run needs).
-SUITE_ARGS = ("--strict", "--call-timeout=3", "--hypothesis-profile=verdict")
+# and stops at the first failing example (a verdict is all a mutant run needs). The run that
+# shows a mutant of SHOULDs alone passing with warnings leaves --strict out.
+STRICT = "--strict"
+SUITE_ARGS = (STRICT, "--call-timeout=3", "--hypothesis-profile=verdict")
+EXPECTATIONS = ("caught", "warnings")
 DEFAULT_SERVER = {"geometry": [4, 2, 2, 8], "capacity": 20000, "flags": []}
 # A gRPC server's single pool has one geometry: its mutants run the cases written for it.
 # The name a patched copy of the references is served under (its own, so that the bundled
@@ -64,6 +67,9 @@ class Mutant:
     variant: str = "default"
     sanitize: bool = False
     rule: str | None = None
+    # caught: the run fails; warnings: SHOULDs alone broken, so a run without --strict passes
+    # with SHOULD warnings diagnosed as `cause` (and a --strict run is caught as any other)
+    expect: str = "caught"
     server: dict = field(default_factory=dict, hash=False, compare=False)
     # for grpc mutants: the file under reference/ the patch applies to
     file: str = GRPC_SERVICE
@@ -94,7 +100,10 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Mutant]:
         reqs = tuple(entry.pop("reqs", ()))
         cause = entry.pop("cause", ())
         cause = (cause,) if isinstance(cause, str) else tuple(cause)
-        mutants.append(Mutant(patch=patch, args=args, reqs=reqs, cause=cause, **entry))
+        mutant = Mutant(patch=patch, args=args, reqs=reqs, cause=cause, **entry)
+        if mutant.expect not in EXPECTATIONS:
+            raise ValueError(f"{mutant.id}: expect {mutant.expect!r}, not one of {EXPECTATIONS}")
+        mutants.append(mutant)
     return mutants
 
 
@@ -226,13 +235,14 @@ def run_mutant(
     first_failure: bool = True,
     paths: Sequence[str] | None = None,
     geometry: str | None = None,
+    strict: bool = True,
 ) -> Outcome:
     """Run the conformance suite (`paths`, default: the mutant's) against the mutant (a C
-    one, with `geometry`, serving pools of that geometry only)."""
+    one, with `geometry`, serving pools of that geometry only); `strict`: with --strict."""
     with planted(mutant, workdir, geometry) as (impl, pythonpath):
         args = [
             f"--impl={impl}",
-            *SUITE_ARGS,
+            *(a for a in SUITE_ARGS if strict or a != STRICT),
             *(["-x"] if first_failure else []),
             *extra,
             *(mutant.suite if paths is None else paths),

@@ -299,7 +299,7 @@ def test_nan_payload_and_sign() -> None:
     negative = bits.copy()
     negative[0, 1, 0, 0, 0] = 0xFE55
     got = _envelope_case(1, negative.astype("<u2").tobytes(), blocks)
-    assert (got.cause.id, got.blamed) == ("nan-sign-lost", ("V1-F16",))
+    assert (got.cause.id, got.blamed) == ("nan-sign-lost", ("NAN-SIGN",))
 
 
 # -- v2 numerics ---------------------------------------------------------------------------------
@@ -481,3 +481,36 @@ def test_a_diagnosis_never_raises() -> None:
     got = attribute(broken, ["ENV-HEADER"])
     assert got.cause is None
     assert got.blamed == ("ENV-HEADER",)  # an unreadable expected envelope: what is cited
+
+
+def test_reader_e4m3_nan_as_448_and_nan_not_nan() -> None:
+    values = _values()
+    data, offset = _v2_record(values)
+    data = bytearray(data)
+    data[offset + 12] = 0xFF  # K[0][0][0][0] is a negative NaN
+    data = oracle.seal(bytes(data[:-4]))
+    decoded = oracle.decode(data).records[0].decoded
+    expected = decoded.values.copy()
+    expected[..., 4:, :] = 0
+    saturated = expected.copy()
+    saturated[0, 0, 0, 0, 0] = F32(-448) * decoded.scales[0, 0, 0]
+    got = _diagnosed(ValuesEvidence(expected, saturated, 4, "f32", (data, offset)))
+    assert (got.cause.id, got.blamed) == ("e4m3-nan-as-448", ("V2-E4M3",))
+    zeroed = expected.copy()
+    zeroed[0, 0, 0, 0, 0] = 0
+    got = _diagnosed(ValuesEvidence(expected, zeroed, 4, "f32", (data, offset)))
+    assert (got.cause.id, got.blamed) == ("nan-not-nan", ("V2-DECODE",))
+
+
+def test_nan_read_back_as_infinity_or_other_sign() -> None:
+    bits = oracle.f32_to_f16_bits(oracle.round_to_f16(_values())).copy()
+    bits[0, 1, 0, 0, :2] = (0xFE55, 0x7E00)
+    expected = oracle.f16_bits_to_f32(bits)
+    infinite = expected.copy()
+    infinite[0, 1, 0, 0, :2] = (-np.inf, np.inf)
+    got = _diagnosed(ValuesEvidence(expected, infinite, 4, "f16"))
+    assert (got.cause.id, got.blamed) == ("nan-not-nan", ("V1-F16",))
+    canonical = expected.copy()
+    canonical.view(np.uint32)[0, 1, 0, 0, :2] = 0x7FFFFFFF
+    got = _diagnosed(ValuesEvidence(expected, canonical, 4, "f16"))
+    assert (got.cause.id, got.blamed) == ("nan-sign-lost", ("NAN-SIGN",))

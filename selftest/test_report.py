@@ -42,7 +42,7 @@ LOST_ELEMENT = (
     "            return values",
 )
 # Quiet NaNs written as the default NaN of their sign (payload dropped), as an engine in a
-# default-NaN mode does: only SHOULD-level cases (V1-F16-NAN-PAYLOAD) may notice.
+# default-NaN mode does: only SHOULD-level cases (NaN bits: V1-F16-NAN-PAYLOAD) may notice.
 DEFAULT_NAN = (
     "        kv = np.asarray(kv, dtype=np.float32)\n",
     "        kv = np.asarray(kv, dtype=np.float32).copy()\n"
@@ -168,7 +168,8 @@ def test_should_only_failure_exits_0_and_says_so(should_only, tmp_path: Path) ->
     assert not _failed(junit)  # a warning is no failure: it never stops -x nor fails a CI job
     assert "SHOULD-level warnings" in run.output  # shown in full, in a section of its own
     assert NAN_CASE in run.output[run.output.index("SHOULD-level warnings") :]
-    assert "SHOULD-level failure (V1-F16-NAN-PAYLOAD): a warning" in run.output  # in its failure
+    # in its failure
+    assert "SHOULD-level failure (NAN-SIGN, V1-F16-NAN-PAYLOAD): a warning" in run.output
     assert "not a failed gate; exit status 0 (--strict makes" in run.output
     assert f"{label}: PASS (" in run.output
     # the report
@@ -284,7 +285,7 @@ def test_json_report_structure(should_only, tmp_path: Path) -> None:
         ("ref", "passed"),
     }
     assert all(
-        t["requirements"] == ["V1-F16-NAN-PAYLOAD"] and t["level"] == "SHOULD"
+        t["requirements"] == ["NAN-SIGN", "V1-F16-NAN-PAYLOAD"] and t["level"] == "SHOULD"
         for t in report["tests"]
     )
     # the diagnosis: the planted default NaN, named first, with the test it explains

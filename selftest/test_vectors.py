@@ -261,6 +261,25 @@ def test_envelope_vectors(docs: dict[str, dict[str, Any]]) -> None:
     assert {tuple(v["reader"]["read_versions"]) for v in envelopes} == {(1,), (1, 2)}
 
 
+def test_nan_bits_are_should_vectors(docs: dict[str, dict[str, Any]]) -> None:
+    """A NaN stays a NaN at MUST (`nan: any`); a vector asking for a NaN's sign or payload is
+    a SHOULD (docs/decisions.md), so an engine's harness warns on it, never fails."""
+    valued = [
+        v
+        for name in (vectors.ENVELOPES_FILE, vectors.EXPORTS_FILE)
+        for v in docs[name]["vectors"]
+        if "nan" in v
+    ]
+    stricter = [v for v in valued if v["nan"] != "any"]
+    assert stricter
+    assert [v["source"] for v in stricter if v["level"] != "SHOULD"] == []
+    must_nans = {v["source"] for v in valued if v["level"] == "MUST"}
+    for case in ("import-v1-nans-odd", "import-v2-nan-codes-odd", "roundtrip-nans-odd"):
+        assert f"cases/nans.yaml::{case}" in must_nans
+        twin = next(v for v in stricter if v["source"] == f"cases/nans.yaml::{case}-bits")
+        assert "NAN-SIGN" in twin["reqs"]
+
+
 # -- exports ----------------------------------------------------------------------------------
 
 

@@ -385,7 +385,7 @@ def f16_causes(want: np.ndarray, got: np.ndarray, how: str) -> list[Cause]:
                 Cause(
                     "nan-sign-lost",
                     "a NaN's sign lost",
-                    ("V1-F16",),
+                    ("NAN-SIGN",),
                     f"NaNs {how} with another sign",
                 )
             ]

@@ -39,7 +39,12 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
     actual = np.asarray(ev.actual, dtype=np.float32)
     if expected.shape != actual.shape:
         return [], {"POOL-WRITE-READ"}
-    differ = ~_same(expected, actual)
+    # NaN for NaN is the MUST: a NaN's sign or payload is what differs only when nothing else
+    # does (a SHOULD case, failing on them alone).
+    differ = _bits(expected) != _bits(actual)
+    nan_for_nan = np.isnan(expected) & np.isnan(actual)
+    if (differ & ~nan_for_nan).any():
+        differ &= ~nan_for_nan
     fill = ev.n_tokens
     past = np.zeros(expected.shape, dtype=bool)
     past[..., fill:, :] = True
@@ -78,6 +83,8 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
             oracle.f32_to_f16_bits(actual[differ]),
             "read back",
         )
+    if not causes:
+        causes = _nan_lost_causes(expected[differ], actual[differ], version)
     return causes, reqs
 
 
@@ -129,17 +136,43 @@ def _past_fill_causes(
 
 
 def _nan_causes(expected: np.ndarray, actual: np.ndarray, differ: np.ndarray) -> list[Cause]:
+    """NaNs read back as NaNs of another sign or payload (SHOULDs, docs/decisions.md)."""
     want, got = expected[differ], actual[differ]
     if not (np.isnan(want) & np.isnan(got)).all():
         return []
-    got_bits = _bits(got)
+    want_bits, got_bits = _bits(want), _bits(got)
+    shown = ", ".join(sorted({f"{int(b):#010x}" for b in got_bits[:4]}))
+    if ((want_bits ^ got_bits) >> 31).any():
+        return [
+            Cause(
+                "nan-sign-lost",
+                "NaNs read back with another sign (a canonical NaN written in their place)",
+                ("NAN-SIGN",),
+                f"{want.size} NaNs read back as {shown}",
+            )
+        ]
     return [
         Cause(
-            "nan-sign-lost",
-            "NaNs read back with another sign (a canonical NaN written in their place)",
-            ("V1-F16",),
-            f"{want.size} NaNs read back as "
-            + ", ".join(sorted({f"{int(b):#010x}" for b in got_bits[:4]})),
+            "nan-payload-dropped",
+            "a quiet NaN's payload dropped (a default NaN written)",
+            ("V1-F16-NAN-PAYLOAD",),
+            f"{want.size} NaNs read back with another payload, e.g. {int(want_bits[0]):#010x} "
+            f"as {int(got_bits[0]):#010x}",
+        )
+    ]
+
+
+def _nan_lost_causes(want: np.ndarray, got: np.ndarray, version: int | None) -> list[Cause]:
+    """NaNs that came back as numbers, zeros or infinities (a MUST, unlike their sign)."""
+    if not want.size or not np.isnan(want).all() or np.isnan(got).any():
+        return []
+    shown = "infinities" if np.isinf(got).all() else "zeros" if (got == 0).all() else "numbers"
+    return [
+        Cause(
+            "nan-not-nan",
+            "NaNs read back as numbers or infinities (a NaN must stay a NaN)",
+            ("V2-DECODE" if version == 2 else "V1-F16",),
+            f"{want.size} NaNs read back as {shown}, e.g. {float(got[0])!r}",
         )
     ]
 
@@ -164,15 +197,16 @@ def _v2_read_causes(
 
     as_f32 = oracle.e4m3_codes_to_f32(codes)
     nan_codes = (codes & 0x7F) == 0x7F
-    if nan_codes[differ].any():
-        as_480 = np.where(nan_codes, np.copysign(F32(480), as_f32), as_f32)
-        if matches((as_480 * scales).astype(F32)):
+    # 480: the code read as if e4m3 had no NaN; 448: saturated to the largest finite value.
+    for number in (480, 448) if nan_codes[differ].any() else ():
+        as_number = np.where(nan_codes, np.copysign(F32(number), as_f32), as_f32)
+        if matches((as_number * scales).astype(F32)):
             return [
                 Cause(
-                    "e4m3-nan-as-480",
-                    "the e4m3 NaN codes 0x7F / 0xFF decoded as +-480",
+                    f"e4m3-nan-as-{number}",
+                    f"the e4m3 NaN codes 0x7F / 0xFF decoded as +-{number}",
                     ("V2-E4M3",),
-                    "every NaN code read back as 480 x its slab's scale",
+                    f"every NaN code read back as {number} x its slab's scale",
                 )
             ]
     if matches(as_f32):

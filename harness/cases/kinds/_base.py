@@ -265,7 +265,10 @@ def check_imported(
     preload_ids: list[int],
     free_before: int | None,
     data: bytes,
+    nan: str = "any",
 ) -> None:
+    """The imported blocks: their ids, the free count, each block's values (NaNs compared as
+    `nan` says, harness.diff.NAN_POLICIES) and each hash registered."""
     order = KnownMistake("import-ids", "import returns wrong block ids", ("IMPORT-ORDER",))
     if len(ids) != envelope.n_blocks:
         raise CaseFailure(
@@ -285,6 +288,7 @@ def check_imported(
             f"imported block {record.index} (id {block})",
             block=f"block {record.index}",
             source=ValueSource.of_record(data, record),
+            nan=nan,
         )
         if record.block_hash:
             try:

@@ -77,7 +77,7 @@ class ExportCase(Case):
                 expected=computed,
                 expected_f16=in_f16,
                 v2_level=raw.get("v2_level"),
-                nan=raw.get("nan", "sign"),
+                nan=raw.get("nan", "any"),
             )
         ]
 

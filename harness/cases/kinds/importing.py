@@ -40,6 +40,7 @@ class ImportCase(Case):
     version: int
     pool: PoolSetup
     reads: frozenset[int] | None
+    nan: str  # how NaNs compare (harness.diff.NAN_POLICIES)
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
@@ -55,7 +56,8 @@ class ImportCase(Case):
             raise CaseDataError(f"the oracle rejects this envelope: {exc}") from None
         if envelope.n_blocks > pool.capacity - len(pool.preload):
             raise CaseDataError(f"the pool has no room for {envelope.n_blocks} blocks")
-        return [cls(**common, data=data, version=envelope.version, pool=pool, reads=reads)]
+        nan = raw.get("nan", "any")
+        return [cls(**common, data=data, version=envelope.version, pool=pool, reads=reads, nan=nan)]
 
     def item_markers(self) -> tuple[str, ...]:
         return (*self.markers, f"v{self.version}")
@@ -95,4 +97,4 @@ class ImportCase(Case):
                 raise CaseFailure(f"implementation fault: {fault}", evidence) from None
             # Decoded here, not kept from collection: at a real geometry a decoded block is MiBs.
             envelope = oracle.decode(self.data, oracle.ReaderProfile(self.pool.geometry))
-            check_imported(pool, envelope, ids, preload_ids, free_before, self.data)
+            check_imported(pool, envelope, ids, preload_ids, free_before, self.data, self.nan)

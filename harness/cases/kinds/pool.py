@@ -51,6 +51,7 @@ class PoolCase(Case):
     capacity: int
     steps: tuple[tuple[str, Any], ...]
     writes: frozenset[int] | None  # only for implementations writing exactly these versions
+    nan: str  # how NaNs read back compare (harness.diff.NAN_POLICIES)
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
@@ -83,6 +84,7 @@ class PoolCase(Case):
                 capacity=raw["capacity"],
                 steps=tuple(steps),
                 writes=writes,
+                nan=raw.get("nan", "any"),
             )
         ]
 
@@ -106,7 +108,7 @@ class PoolCase(Case):
 
     def run(self, testee: Testee) -> None:
         with testee.adapter.open_pool(self.geometry, self.capacity) as pool:
-            _PoolScript(pool, testee).run(self.steps)
+            _PoolScript(pool, testee, self.nan).run(self.steps)
 
 
 def _labels_used(op: str, arg: Any) -> list[str]:
@@ -121,9 +123,10 @@ def _labels_used(op: str, arg: Any) -> list[str]:
 
 
 class _PoolScript:
-    def __init__(self, pool: PoolHandle, testee: Testee) -> None:
+    def __init__(self, pool: PoolHandle, testee: Testee, nan: str = "any") -> None:
         self.pool = pool
         self.testee = testee
+        self.nan = nan
         self.ids: dict[str, int] = {}
         self.plans: dict[str, BlockPlan] = {}
         self.done: list[str] = []  # the steps run so far, for the diagnosis
@@ -176,6 +179,7 @@ class _PoolScript:
             self.pool.dtype,
             f"block {arg['block']}",
             block=f"block {arg['block']}",
+            nan=self.nan,
             written=plan.values,
         )
 
@@ -262,7 +266,8 @@ class _PoolScript:
                 for b in plans
             ]
 
-        compare_envelopes(expected, self.pool.export(ids, arg["version"]), level, blocks=held)
+        exported = self.pool.export(ids, arg["version"])
+        compare_envelopes(expected, exported, level, self.nan, blocks=held)
 
     def _export_bytes(self, arg: Mapping[str, Any]) -> None:
         got = self.pool.export_bytes(arg["n_blocks"], arg["version"])

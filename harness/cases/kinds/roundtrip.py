@@ -62,7 +62,7 @@ class RoundtripCase(Case):
                 blocks=tuple(blocks),
                 expected=expected,
                 v2_level=raw.get("v2_level"),
-                nan=raw.get("nan", "sign"),
+                nan=raw.get("nan", "any"),
             )
         ]
 
@@ -109,7 +109,7 @@ class RoundtripCase(Case):
                     f"its own export was refused on import: {refusal}",
                     RefusalEvidence(frozenset(), frozenset(), refusal.code, data),
                 ) from None
-            check_imported(target, envelope, imported, [], free_before, data)
+            check_imported(target, envelope, imported, [], free_before, data, self.nan)
             for block in imported:
                 target.release(block)
             expect_free(target, free_before, 0, "importing and releasing every block", True)
