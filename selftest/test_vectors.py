@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,14 @@ import numpy as np
 import pytest
 from tlkv_conformance import cli, corpus, oracle, vectors
 from tlkv_conformance.cases import load_case_file
+from tlkv_conformance.cases.kinds import KINDS
 
 from selftest import vector_reader as vr
+from selftest.support import ROOT
 
 FILES = (vectors.HASH_FILE, vectors.ENVELOPES_FILE, vectors.EXPORTS_FILE, vectors.HISTORIES_FILE)
 SMALL_GEOMETRY = oracle.Geometry(2, 1, 2, 4)
+DOC = ROOT / "docs" / "vectors.md"
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +139,40 @@ def test_every_case_is_in_exactly_one_file(docs: dict[str, dict[str, Any]]) -> N
     envelopes = docs[vectors.ENVELOPES_FILE]["vectors"]
     assert any(v["source"].endswith("::prefix-at-geometry-33") for v in envelopes)
     assert any(v["source"].endswith("::v2-bit-flip-at-geometry-0.0") for v in envelopes)
+
+
+def test_doc_names_the_file_of_every_kind(docs: dict[str, dict[str, Any]]) -> None:
+    """docs/vectors.md's table gives every case kind its file, and for a kind whose cases are
+    all in `omitted`, says so with the reason and what an engine loses."""
+    rows = re.findall(r"^\| `([a-z-]+)` \| `(\w+\.json)`(, in `omitted`)? \|(.*)\|$",
+                      DOC.read_text(encoding="utf-8"), re.MULTILINE)  # fmt: skip
+    table = {kind: (file, bool(omitted), why) for kind, file, omitted, why in rows}
+    assert set(table) == set(KINDS)
+    for kind, (file, omitted, why) in table.items():
+        assert file == vectors.FILE_OF_KIND[kind], kind
+        has_vectors = any(v["kind"] == kind for v in docs[file]["vectors"])
+        assert omitted == (not has_vectors), f"{kind}: the table says omitted={omitted}"
+        assert bool(why.strip()) == omitted, f"{kind}: a kind left out needs its reason"
+
+
+def test_doc_figures_are_current(docs: dict[str, dict[str, Any]], out_dir: Path) -> None:
+    """The sizes and counts docs/vectors.md quotes for the case files' own geometries."""
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+    quoted = re.findall(r"`(\w+\.json)` about ([\d.]+) (KB|MB) \((\d+) vectors", text)
+    assert sorted(name for name, *_ in quoted) == sorted(FILES)
+    for name, size, unit, count in quoted:
+        assert int(count) == len(docs[name]["vectors"]), name
+        actual = (out_dir / name).stat().st_size / (1000 if unit == "KB" else 1000**2)
+        assert abs(actual - float(size)) <= 0.15 * actual, f"{name}: about {size} {unit}?"
+    generated = re.search(r"(\d+) of them the generated prefixes", text)
+    assert generated is not None
+    exhaustive = docs[vectors.ENVELOPES_FILE]["vectors"]
+    assert int(generated[1]) == sum(
+        v["source"].startswith("cases/exhaustive.yaml") for v in exhaustive
+    )
+    transfer = re.search(r"(\d+) transfer cases omitted", text)
+    assert transfer is not None
+    assert int(transfer[1]) == len(docs[vectors.HISTORIES_FILE]["omitted"])
 
 
 # -- the independent reader itself ------------------------------------------------------------
