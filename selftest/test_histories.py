@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from tlkv_conformance import vectors
+from tlkv_conformance import oracle, vectors
 
 from selftest import history_runner
 from selftest.mutation import Mutant, load_catalogue, planted
@@ -78,6 +78,21 @@ def test_reference_passes_every_history(
     assert [f"{o.source}: {o.reason}" for o in outcomes if o.verdict == "failed"] == []
     assert {o.source for o in outcomes if o.verdict == "skipped"} == SKIPPED[variant]
     assert len(outcomes) > 20
+
+
+def test_reference_passes_the_histories_at_another_geometry(
+    reference_library: Callable[..., Path], tmp_path: Path
+) -> None:
+    """`--geometry` builds the cases at the geometry under test at the engine's: the histories
+    hold there too (those with a written-out geometry keep it)."""
+    geometry = oracle.Geometry(2, 1, 2, 4)
+    vectors.write_vectors(tmp_path, geometry)
+    path = tmp_path / vectors.HISTORIES_FILE
+    histories = json.loads(path.read_text(encoding="ascii"))["vectors"]
+    assert geometry.as_dict() in [h["geometry"] for h in histories]
+    outcomes = history_runner.run_file(reference_library(), path)
+    assert [f"{o.source}: {o.reason}" for o in outcomes if o.verdict == "failed"] == []
+    assert {o.source for o in outcomes if o.verdict == "skipped"} == SKIPPED["default"]
 
 
 @pytest.mark.parametrize("mutant_id", sorted(PLANTED))
