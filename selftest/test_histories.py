@@ -49,6 +49,7 @@ PLANTED = {
         "export_bytes",
     ),
     EXPORT_REVERSED.id: ("cases/pool.yaml::export-in-asked-order", "export"),
+    "nan-as-infinity": ("cases/nans.yaml::write-read-nans-odd", "read"),
 }
 # The history each reference build skips, as the pytest suite does.
 SKIPPED = {
@@ -109,6 +110,18 @@ def test_planted_pool_mistake_fails_its_history(
     assert source in failed, f"{mutant_id} passes {source}"
     assert f"({op})" in failed[source].reason
     assert failed[source].level == "MUST"
+
+
+def test_a_mistake_of_shoulds_fails_only_should_histories(
+    histories_path: Path, tmp_path: Path
+) -> None:
+    """The catalogue's nan-canonical reads every NaN back as 0x7FFFFFFF: its sign and payload
+    lost, a SHOULD (docs/decisions.md). Only the histories asking for NaN bits fail."""
+    with planted(CATALOGUE["nan-canonical"], tmp_path) as (impl, _):
+        outcomes = history_runner.run_file(Path(impl.removeprefix("ctypes:")), histories_path)
+    failed = {o.source: o.level for o in outcomes if o.verdict == "failed"}
+    assert "cases/nans.yaml::write-read-nans-odd-bits" in failed
+    assert set(failed.values()) == {"SHOULD"}
 
 
 def test_histories_follow_the_pool_cases(histories: dict[str, Any]) -> None:
