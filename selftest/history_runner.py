@@ -196,6 +196,9 @@ class _Script:
             raise StepFailed(f"{got} bytes, expected {step['expect']['bytes']}")
 
     def export(self, step: dict[str, Any]) -> None:
+        # Byte for byte (the strict v2 level, NaNs exact): the bundled reference writes so. A
+        # harness for an engine with other NaN bits or a tolerant v2 writer compares as
+        # docs/vectors.md says for exports.json.
         labels = step["blocks"]
         ids = (_u32 * len(labels))(*(self.ids[label] for label in labels))
         expected = step["expect"].get("envelope_hex", {}).get(self.dtype, "")
