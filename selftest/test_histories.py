@@ -89,8 +89,10 @@ def test_reference_passes_the_histories_at_another_geometry(
     geometry = oracle.Geometry(2, 1, 2, 4)
     vectors.write_vectors(tmp_path, geometry)
     path = tmp_path / vectors.HISTORIES_FILE
-    histories = json.loads(path.read_text(encoding="ascii"))["vectors"]
-    assert geometry.as_dict() in [h["geometry"] for h in histories]
+    document = json.loads(path.read_text(encoding="ascii"))
+    schema = json.loads((tmp_path / vectors.SCHEMA_OUT).read_text(encoding="utf-8"))
+    assert jsonschema.Draft202012Validator(schema).is_valid(document)
+    assert geometry.as_dict() in [h["geometry"] for h in document["vectors"]]
     outcomes = history_runner.run_file(reference_library(), path)
     assert [f"{o.source}: {o.reason}" for o in outcomes if o.verdict == "failed"] == []
     assert {o.source for o in outcomes if o.verdict == "skipped"} == SKIPPED["default"]
