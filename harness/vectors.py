@@ -2,11 +2,11 @@
 
     tlkv-conformance vectors DIR [--geometry BxLxHkvxD]
 
-writes DIR/hash.json, DIR/envelopes.json, DIR/exports.json and DIR/schema.json (the JSON
-Schema 2020-12 of all three, a copy of vectors-schema.json beside this module). docs/vectors.md
-describes the fields. The expected values are the ones the pytest suite checks (the cases as
-built by the loader, confirmed by the oracle), so an engine tested through the vectors and one
-tested through pytest are held to the same answers.
+writes DIR/hash.json, DIR/envelopes.json, DIR/exports.json, DIR/histories.json and
+DIR/schema.json (the JSON Schema 2020-12 of all four, a copy of vectors-schema.json beside this
+module). docs/vectors.md describes the fields. The expected values are the ones the pytest
+suite checks (the cases as built by the loader, confirmed by the oracle), so an engine tested
+through the vectors and one tested through pytest are held to the same answers.
 
 The output is a pure function of the corpus and the geometry: keys sorted, no timestamps, one
 vector a line, so a regenerated set diffs cleanly against a committed one.
@@ -27,6 +27,7 @@ import numpy as np
 from . import corpus, oracle
 from .adapters import GRPC_STATUS_OF
 from .cases import CaseFile, CaseFileError, load_case_file
+from .cases._sources import BlockPlan
 from .cases.kinds import (
     Case,
     ExportCase,
@@ -34,9 +35,12 @@ from .cases.kinds import (
     HashSequenceCase,
     ImportCase,
     NotApplicableCase,
+    PoolCase,
     RejectCase,
     RoundtripCase,
+    TransferCase,
 )
+from .checks import in_pool_precision
 from .exprs import BuildTarget
 from .oracle import Geometry
 
@@ -46,6 +50,7 @@ FORMAT_VERSION = 1
 HASH_FILE = "hash.json"
 ENVELOPES_FILE = "envelopes.json"
 EXPORTS_FILE = "exports.json"
+HISTORIES_FILE = "histories.json"
 SCHEMA_OUT = "schema.json"
 ALL_READS = frozenset({1, 2})
 V1_ONLY = frozenset({1})
@@ -61,7 +66,19 @@ FILE_OF_KIND = {
     RejectCase.kind: ENVELOPES_FILE,
     ExportCase.kind: EXPORTS_FILE,
     RoundtripCase.kind: EXPORTS_FILE,
+    PoolCase.kind: HISTORIES_FILE,
+    TransferCase.kind: HISTORIES_FILE,
 }
+# The precisions a pool may store in (CONTRACT.md): an imported block's later export depends
+# on it, as the pytest suite's expectation does.
+POOL_DTYPES = ("f16", "f32")
+# Why the transfer cases have no history (docs/vectors.md says what an engine loses).
+TRANSFER_OMITTED = (
+    "a tl.kv.v1 conversation (HasBlocks, PushKv chunks) is composed at run time, with fresh "
+    "random tokens each run (a server's pool outlives the run) and mostly at the geometry the "
+    "server reports, so it is not written out as a history: run the suite with "
+    "--impl=grpc:HOST:PORT for it"
+)
 EXIT_BROKEN_CASE_FILE = 2
 EXIT_USAGE = 4
 
@@ -246,6 +263,134 @@ def _export_vector(case: ExportCase | RoundtripCase, source: str) -> dict[str, A
     }
 
 
+# -- histories --------------------------------------------------------------------------------
+
+
+def _status(expect: str | None) -> dict[str, list[str]]:
+    """A step's allowed C statuses: OK, or the refusal the case expects."""
+    return {"status": [expect or "OK"]}
+
+
+@dataclass
+class _Held:
+    """A labelled block as the pool holds it: what a read gives back and an export encodes
+    (PoolCase's plans: a written block's values as written, an imported block's as decoded)."""
+
+    block_hash: int
+    n_tokens: int
+    values: np.ndarray
+    imported: bool
+
+    def read_back(self) -> dict[str, Any]:
+        values = np.array(self.values, dtype=np.float32)
+        values[..., self.n_tokens :, :] = 0  # a pool reads positions past the fill as 0
+        return {
+            "hash": _hash_hex(self.block_hash),
+            "n_tokens": self.n_tokens,
+            "values_f32le_hex": _values_hex(values),
+        }
+
+    def for_export(self, dtype: str) -> oracle.Block:
+        # An imported block is held in the pool's precision, so a v2 re-export of it depends
+        # on the pool's dtype (PoolCase._import); a written block encodes as written.
+        values = in_pool_precision(self.values, dtype) if self.imported else self.values
+        return oracle.Block(self.block_hash, self.n_tokens, values)
+
+
+def history_steps(case: PoolCase) -> list[dict[str, Any]]:
+    """A pool case's steps with every argument and expected result spelled out (blocks named
+    by the labels the case gives them), as PoolCase runs them."""
+    geometry = case.geometry
+    held: dict[str, _Held] = {}
+    steps: list[dict[str, Any]] = []
+    for op, arg in case.steps:
+        if op == "write":
+            plan: BlockPlan = arg
+            step = {
+                "op": "write",
+                "hash": _hash_hex(plan.block_hash),
+                "n_tokens": plan.n_tokens,
+                "values_f32le_hex": _values_hex(plan.values),
+                "expect": _status(plan.expect),
+            }
+            if plan.label and not plan.expect:
+                step["as"] = plan.label
+                held[plan.label] = _Held(plan.block_hash, plan.n_tokens, plan.values, False)
+        elif op == "read":
+            expect: dict[str, Any] = _status(arg.get("expect"))
+            if not arg.get("expect"):
+                expect.update(held[arg["block"]].read_back())
+            step = {"op": "read", "block": arg["block"], "expect": expect}
+        elif op == "release":
+            step = {"op": "release", "block": arg["block"], "expect": _status(arg.get("expect"))}
+        elif op == "find":
+            key = arg["hash"]
+            block_hash = held[key].block_hash if isinstance(key, str) else key
+            found = arg["expect"]
+            expect = _status("ENOTFOUND" if found == "ENOTFOUND" else None)
+            if found != "ENOTFOUND":
+                expect["block"] = found
+            step = {"op": "find", "hash": _hash_hex(block_hash), "expect": expect}
+        elif op == "free":
+            step = {"op": "free_blocks", "expect": {"count": arg}}
+        elif op == "export_bytes":
+            step = {
+                "op": "export_bytes",
+                "n_blocks": arg["n_blocks"],
+                "version": arg["version"],
+                "expect": {"bytes": arg["expect"]},
+            }
+        elif op == "export":
+            expect = _status(arg.get("expect"))
+            if not arg.get("expect"):
+                blocks = [held[label] for label in arg["blocks"]]
+                expect["envelope_hex"] = {
+                    dtype: oracle.encode(
+                        geometry, [b.for_export(dtype) for b in blocks], arg["version"]
+                    ).hex()
+                    for dtype in POOL_DTYPES
+                }
+            step = {
+                "op": "export",
+                "blocks": list(arg["blocks"]),
+                "version": arg["version"],
+                "expect": expect,
+            }
+        elif op == "import":
+            data = arg["data"]
+            expect = _status(arg.get("expect"))
+            labels = list(arg.get("as", []))
+            if not arg.get("expect"):
+                envelope = oracle.decode(data, oracle.ReaderProfile(geometry))
+                expect["n_blocks"] = len(envelope.records)
+                for label, record in zip(labels, envelope.records, strict=False):
+                    held[label] = _Held(
+                        record.block_hash, record.n_tokens, record.decoded.values, True
+                    )
+            step = {
+                "op": "import",
+                "envelope_hex": data.hex(),
+                "max_blocks": arg.get("max_blocks", case.capacity),
+                "as": labels,
+                "expect": expect,
+            }
+        else:
+            raise ValueError(f"pool step {op!r} has no history form")
+        steps.append(step)
+    return steps
+
+
+def _history_vector(case: PoolCase, source: str) -> dict[str, Any]:
+    return {
+        **_common(case, source),
+        "geometry": _geometry(case.geometry),
+        "capacity": case.capacity,
+        "only_for_write_versions": None if case.writes is None else sorted(case.writes),
+        "nan": case.nan,
+        "steps": history_steps(case),
+    }
+
+
 # -- the corpus -------------------------------------------------------------------------------
 
 
@@ -306,6 +451,10 @@ def _collect_file(
             collected.vectors.append(_envelope_vector(case, source))
         elif isinstance(case, ExportCase | RoundtripCase):
             collected.vectors.append(_export_vector(case, source))
+        elif isinstance(case, PoolCase):
+            collected.vectors.append(_history_vector(case, source))
+        elif isinstance(case, TransferCase):
+            collected.omitted.append({"source": source, "reason": TRANSFER_OMITTED})
     for spec_id, (count, what, base) in too_big.items():
         out[ENVELOPES_FILE].omitted.append(
             {
@@ -318,9 +467,9 @@ def _collect_file(
 
 
 def build_vectors(geometry: Geometry | None = None) -> dict[str, dict[str, Any]]:
-    """The three vector documents, by file name: each case file's cases at its own geometry,
+    """The four vector documents, by file name: each case file's cases at its own geometry,
     or at `geometry` (CaseFile.cases_for). CaseFileError for a broken case file."""
-    out = {name: _Collected() for name in (HASH_FILE, ENVELOPES_FILE, EXPORTS_FILE)}
+    out = {name: _Collected() for name in (HASH_FILE, ENVELOPES_FILE, EXPORTS_FILE, HISTORIES_FILE)}
     root = corpus.corpus_root()
     for path in case_files():
         loaded = load_case_file(path, root)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,14 @@ import numpy as np
 import pytest
 from tlkv_conformance import cli, corpus, oracle, vectors
 from tlkv_conformance.cases import load_case_file
-from tlkv_conformance.cases.kinds import NotApplicableCase
+from tlkv_conformance.cases.kinds import KINDS
 
 from selftest import vector_reader as vr
+from selftest.support import ROOT
 
-FILES = (vectors.HASH_FILE, vectors.ENVELOPES_FILE, vectors.EXPORTS_FILE)
+FILES = (vectors.HASH_FILE, vectors.ENVELOPES_FILE, vectors.EXPORTS_FILE, vectors.HISTORIES_FILE)
 SMALL_GEOMETRY = oracle.Geometry(2, 1, 2, 4)
+DOC = ROOT / "docs" / "vectors.md"
 
 
 @pytest.fixture(scope="module")
@@ -104,28 +107,72 @@ def test_schema_refuses_what_a_harness_could_not_use(
         assert not validator.is_valid(doc)
 
 
-def test_every_case_has_a_vector_or_a_reason(docs: dict[str, dict[str, Any]]) -> None:
-    sources: dict[str, set[str]] = {name: set() for name in FILES}
+def test_every_case_is_in_exactly_one_file(docs: dict[str, dict[str, Any]]) -> None:
+    """Every case id of the corpus is a vector or an `omitted` entry of exactly one file, the
+    one its kind belongs to (FILE_OF_KIND), so no case kind is silently left out."""
+    where: dict[str, list[str]] = {}
     for name, doc in docs.items():
-        listed = [v["source"] for v in doc["vectors"]]
-        assert len(listed) == len(set(listed)), f"{name}: a source twice"
-        sources[name] = set(listed) | {o["source"] for o in doc["omitted"]}
+        for entry in [*doc["vectors"], *doc["omitted"]]:
+            where.setdefault(entry["source"], []).append(name)
+    twice = {source: names for source, names in where.items() if len(names) > 1}
+    assert not twice, f"in more than one place: {twice}"
     root = corpus.corpus_root()
-    expected = 0
+    missing, misplaced = [], []
     for path in vectors.case_files():
         loaded = load_case_file(path, root)
         shown = path.relative_to(root).as_posix()
+        # A case not applicable at its geometry keeps its declared kind in the spec.
+        declared = {spec.origin.line: str(spec.raw["kind"]) for spec in loaded.specs}
         for case in loaded.cases:
-            if case.kind in vectors.FILE_OF_KIND and not isinstance(case, NotApplicableCase):
-                expected += 1
-                assert f"{shown}::{case.id}" in sources[vectors.FILE_OF_KIND[case.kind]]
-    assert expected == sum(len(doc["vectors"]) for doc in docs.values())
+            kind = declared.get(case.origin.line, case.kind)
+            assert kind in vectors.FILE_OF_KIND, f"{shown}: kind {kind} has no vector file"
+            source = f"{shown}::{case.id}"
+            if source not in where:
+                missing.append(source)
+            elif where[source] != [vectors.FILE_OF_KIND[kind]]:
+                misplaced.append(f"{source} in {where[source]}")
+    assert not missing, f"cases in no vector file: {missing[:10]}"
+    assert not misplaced, misplaced[:10]
     kinds = {v["kind"] for doc in docs.values() for v in doc["vectors"]}
-    assert kinds == {"hash", "hash-sequence", "import", "reject", "export", "roundtrip"}
+    assert kinds == {"hash", "hash-sequence", "import", "reject", "export", "roundtrip", "pool"}
     # The generated prefixes and bit flips are kept, each its own envelope.
     envelopes = docs[vectors.ENVELOPES_FILE]["vectors"]
     assert any(v["source"].endswith("::prefix-at-geometry-33") for v in envelopes)
     assert any(v["source"].endswith("::v2-bit-flip-at-geometry-0.0") for v in envelopes)
+
+
+def test_doc_names_the_file_of_every_kind(docs: dict[str, dict[str, Any]]) -> None:
+    """docs/vectors.md's table gives every case kind its file, and for a kind whose cases are
+    all in `omitted`, says so with the reason and what an engine loses."""
+    rows = re.findall(r"^\| `([a-z-]+)` \| `(\w+\.json)`(, in `omitted`)? \|(.*)\|$",
+                      DOC.read_text(encoding="utf-8"), re.MULTILINE)  # fmt: skip
+    table = {kind: (file, bool(omitted), why) for kind, file, omitted, why in rows}
+    assert set(table) == set(KINDS)
+    for kind, (file, omitted, why) in table.items():
+        assert file == vectors.FILE_OF_KIND[kind], kind
+        has_vectors = any(v["kind"] == kind for v in docs[file]["vectors"])
+        assert omitted == (not has_vectors), f"{kind}: the table says omitted={omitted}"
+        assert bool(why.strip()) == omitted, f"{kind}: a kind left out needs its reason"
+
+
+def test_doc_figures_are_current(docs: dict[str, dict[str, Any]], out_dir: Path) -> None:
+    """The sizes and counts docs/vectors.md quotes for the case files' own geometries."""
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+    quoted = re.findall(r"`(\w+\.json)` about ([\d.]+) (KB|MB) \((\d+) vectors", text)
+    assert sorted(name for name, *_ in quoted) == sorted(FILES)
+    for name, size, unit, count in quoted:
+        assert int(count) == len(docs[name]["vectors"]), name
+        actual = (out_dir / name).stat().st_size / (1000 if unit == "KB" else 1000**2)
+        assert abs(actual - float(size)) <= 0.15 * actual, f"{name}: about {size} {unit}?"
+    generated = re.search(r"(\d+) of them the generated prefixes", text)
+    assert generated is not None
+    exhaustive = docs[vectors.ENVELOPES_FILE]["vectors"]
+    assert int(generated[1]) == sum(
+        v["source"].startswith("cases/exhaustive.yaml") for v in exhaustive
+    )
+    transfer = re.search(r"(\d+) transfer cases omitted", text)
+    assert transfer is not None
+    assert int(transfer[1]) == len(docs[vectors.HISTORIES_FILE]["omitted"])
 
 
 # -- the independent reader itself ------------------------------------------------------------

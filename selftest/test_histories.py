@@ -1,0 +1,180 @@
+"""histories.json, the pool cases as portable histories (docs/vectors.md): run by a minimal
+runner that reads only the JSON (selftest/history_runner.py) against the bundled C reference,
+every history holds; against the reference with one pool mistake planted, the history written
+for it fails. That is what an engine team gating on the vectors alone relies on."""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from tlkv_conformance import oracle, vectors
+
+from selftest import history_runner
+from selftest.mutation import Mutant, load_catalogue, planted
+
+CATALOGUE = {m.id: m for m in load_catalogue()}
+# Not in the catalogue: the pytest suite's export-in-asked-order catches it too, but the
+# catalogue has no export-order mutant of the C reference; planted here alone.
+EXPORT_REVERSED = Mutant(
+    id="pool-export-reversed",
+    family="pool",
+    side="pool",
+    target="c",
+    description="export writes the blocks asked for in reverse order",
+    patch=(
+        (
+            "    for (uint32_t b = 0; b < n_blocks; b++, p += record) {\n",
+            "    uint32_t reversed[n_blocks ? n_blocks : 1];\n"
+            "    for (uint32_t b = 0; b < n_blocks; b++)\n"
+            "        reversed[b] = blocks[n_blocks - 1 - b];\n"
+            "    blocks = reversed;\n"
+            "    for (uint32_t b = 0; b < n_blocks; b++, p += record) {\n",
+        ),
+    ),
+)
+# Each planted mistake, and the history (with the failing step's operation) that must catch it.
+PLANTED = {
+    "pool-release-keeps-hash": ("cases/pool.yaml::references-and-registry", "find"),
+    "pool-free-count-off": ("cases/pool.yaml::references-and-registry", "free_blocks"),
+    "pool-write-accepts-hashed-partial": ("cases/pool.yaml::write-refuses-bad-fill", "write"),
+    "pool-read-past-fill": ("cases/pool.yaml::write-read-back", "read"),
+    "pool-export-unwritten-version": (
+        "cases/pool.yaml::v1-only-writer-does-not-write-v2",
+        "export_bytes",
+    ),
+    EXPORT_REVERSED.id: ("cases/pool.yaml::export-in-asked-order", "export"),
+    "nan-as-infinity": ("cases/nans.yaml::write-read-nans-odd", "read"),
+}
+# The history each reference build skips, as the pytest suite does.
+SKIPPED = {
+    "default": {"cases/pool.yaml::v1-only-writer-does-not-write-v2"},
+    "f32": {"cases/pool.yaml::v1-only-writer-does-not-write-v2"},
+    "v1only": {"cases/pool.yaml::v2-import-exported-as-v1"},
+}
+
+
+@pytest.fixture(scope="module")
+def histories_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("vectors")
+    vectors.write_vectors(out)
+    return out / vectors.HISTORIES_FILE
+
+
+@pytest.fixture(scope="module")
+def histories(histories_path: Path) -> dict[str, Any]:
+    return json.loads(histories_path.read_text(encoding="ascii"))
+
+
+@pytest.mark.parametrize("variant", sorted(SKIPPED))
+def test_reference_passes_every_history(
+    variant: str, reference_library: Callable[..., Path], histories_path: Path
+) -> None:
+    outcomes = history_runner.run_file(reference_library(variant), histories_path)
+    assert [f"{o.source}: {o.reason}" for o in outcomes if o.verdict == "failed"] == []
+    assert {o.source for o in outcomes if o.verdict == "skipped"} == SKIPPED[variant]
+    assert len(outcomes) > 20
+
+
+def test_reference_passes_the_histories_at_another_geometry(
+    reference_library: Callable[..., Path], tmp_path: Path
+) -> None:
+    """`--geometry` builds the cases at the geometry under test at the engine's: the histories
+    hold there too (those with a written-out geometry keep it)."""
+    geometry = oracle.Geometry(2, 1, 2, 4)
+    vectors.write_vectors(tmp_path, geometry)
+    path = tmp_path / vectors.HISTORIES_FILE
+    document = json.loads(path.read_text(encoding="ascii"))
+    schema = json.loads((tmp_path / vectors.SCHEMA_OUT).read_text(encoding="utf-8"))
+    assert jsonschema.Draft202012Validator(schema).is_valid(document)
+    assert geometry.as_dict() in [h["geometry"] for h in document["vectors"]]
+    outcomes = history_runner.run_file(reference_library(), path)
+    assert [f"{o.source}: {o.reason}" for o in outcomes if o.verdict == "failed"] == []
+    assert {o.source for o in outcomes if o.verdict == "skipped"} == SKIPPED["default"]
+
+
+@pytest.mark.parametrize("mutant_id", sorted(PLANTED))
+def test_planted_pool_mistake_fails_its_history(
+    mutant_id: str, histories_path: Path, tmp_path: Path
+) -> None:
+    mutant = CATALOGUE.get(mutant_id, EXPORT_REVERSED)
+    assert mutant.id == mutant_id
+    source, op = PLANTED[mutant_id]
+    with planted(mutant, tmp_path) as (impl, _):
+        library = Path(impl.removeprefix("ctypes:"))
+        outcomes = history_runner.run_file(library, histories_path)
+    failed = {o.source: o for o in outcomes if o.verdict == "failed"}
+    assert source in failed, f"{mutant_id} passes {source}"
+    assert f"({op})" in failed[source].reason
+    assert failed[source].level == "MUST"
+
+
+def test_a_mistake_of_shoulds_fails_only_should_histories(
+    histories_path: Path, tmp_path: Path
+) -> None:
+    """The catalogue's nan-canonical reads every NaN back as 0x7FFFFFFF: its sign and payload
+    lost, a SHOULD (docs/decisions.md). Only the histories asking for NaN bits fail."""
+    with planted(CATALOGUE["nan-canonical"], tmp_path) as (impl, _):
+        outcomes = history_runner.run_file(Path(impl.removeprefix("ctypes:")), histories_path)
+    failed = {o.source: o.level for o in outcomes if o.verdict == "failed"}
+    assert "cases/nans.yaml::write-read-nans-odd-bits" in failed
+    assert set(failed.values()) == {"SHOULD"}
+
+
+def test_histories_follow_the_pool_cases(histories: dict[str, Any]) -> None:
+    """The histories carry each case's levels and reqs, name blocks before using them, and
+    spell out every step's expected result."""
+    by_source = {h["source"]: h for h in histories["vectors"]}
+    history = by_source["cases/pool.yaml::references-and-registry"]
+    assert history["reqs"] == ["POOL-REFS", "POOL-FIND"]
+    assert history["level"] == "MUST"
+    ops = [(s["op"], s["expect"]) for s in history["steps"]]
+    assert ops[6:8] == [("free_blocks", {"count": 2}), ("find", {"status": ["ENOTFOUND"]})]
+    assert by_source["cases/nans.yaml::write-read-nans-bits"]["level"] == "SHOULD"
+    for h in histories["vectors"]:
+        named: set[str] = set()
+        for step in h["steps"]:
+            used = [step.get("block"), *step.get("blocks", []), step["expect"].get("block")]
+            assert {u for u in used if u} <= named, f"{h['source']}: a block used before named"
+            named |= {step["as"]} if isinstance(step.get("as"), str) else set(step.get("as", []))
+    transfer = [o for o in histories["omitted"] if o["source"].startswith("cases/transfer.yaml")]
+    assert transfer
+    assert all(o["reason"] == vectors.TRANSFER_OMITTED for o in transfer)
+
+
+def test_schema_refuses_broken_histories(histories_path: Path, histories: dict[str, Any]) -> None:
+    schema = json.loads((histories_path.parent / vectors.SCHEMA_OUT).read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid(histories)
+    history = histories["vectors"][0]
+
+    def with_step(step: dict[str, Any]) -> dict[str, Any]:
+        return {**histories, "vectors": [{**history, "steps": [step]}]}
+
+    assert validator.is_valid(with_step({"op": "free_blocks", "expect": {"count": 1}}))
+    broken = [
+        with_step({"op": "free_blocks"}),  # nothing to compare with
+        with_step({"op": "find", "hash": "01", "expect": {"status": ["OK"]}}),
+        with_step({"op": "release", "block": "a", "expect": {"status": []}}),
+        with_step({"op": "forget", "block": "a", "expect": {"status": ["OK"]}}),
+        {**histories, "vectors": [{k: v for k, v in history.items() if k != "capacity"}]},
+    ]
+    for doc in broken:
+        assert not validator.is_valid(doc)
+
+
+def test_runner_shares_nothing_with_the_suite() -> None:
+    """The runner computes no expectation: it imports no part of the suite or the oracle."""
+    tree = ast.parse(Path(history_runner.__file__).read_text(encoding="utf-8"))
+    imported = {
+        alias.name if isinstance(node, ast.Import) else node.module or ""
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert not {m for m in imported if m.startswith(("tlkv_conformance", "harness", "numpy"))}
