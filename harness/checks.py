@@ -175,10 +175,32 @@ def compare_readback(
     )
 
 
-def _code_ordinal(codes: np.ndarray) -> np.ndarray:
-    """E4M3 codes on one number line: adjacent representable values differ by 1."""
-    magnitude = (codes & 0x7F).astype(np.int32)
-    return np.where(codes & 0x80, -magnitude, magnitude)
+E4M3_NAN_MAGNITUDE = 0x7F  # S.1111.111: the only NaN codes, 0x7F and 0xFF
+
+
+def _e4m3_tolerance_problem(expected: np.ndarray, actual: np.ndarray) -> str | None:
+    """What the tolerant level cannot let through between two arrays of e4m3 codes, or None.
+    It allows one step between finite codes of the same sign (a rounding difference), never a
+    NaN code for a number (or a number for NaN), never a sign change, nothing further."""
+    want = expected.astype(np.int32)
+    got = actual.astype(np.int32)
+    differ = want != got
+    nan_code = ((want & 0x7F) == E4M3_NAN_MAGNITUDE) | ((got & 0x7F) == E4M3_NAN_MAGNITUDE)
+    if (differ & nan_code).any():
+        index = int(np.flatnonzero(differ & nan_code)[0])
+        return f"element {index}: code {got[index]:#04x} where {want[index]:#04x} is due (NaN)"
+    sign_change = differ & ((want & 0x80) != (got & 0x80))
+    if sign_change.any():
+        index = int(np.flatnonzero(sign_change)[0])
+        return f"element {index}: code {got[index]:#04x} where {want[index]:#04x} is due (sign)"
+    far = np.abs((want & 0x7F) - (got & 0x7F)) > 1
+    if far.any():
+        index = int(np.flatnonzero(far)[0])
+        return (
+            f"element {index}: code {got[index]:#04x} where {want[index]:#04x} is due (more "
+            "than one e4m3 code away)"
+        )
+    return None
 
 
 def compare_envelopes(
@@ -189,7 +211,8 @@ def compare_envelopes(
     blocks: Sequence[oracle.Block] | Callable[[], Sequence[oracle.Block]] = (),
 ) -> None:
     """Byte-exact, or for v2 at the tolerant level: header, hashes, fills, scales exact, the
-    CRC valid for the bytes written, and each e4m3 element within one code of the expected.
+    CRC valid for the bytes written, and each e4m3 element the expected code or one step from
+    it, finite and of the same sign (_e4m3_tolerance_problem).
     A v1 f16 NaN may differ as `nan` allows (harness.diff.NAN_POLICIES; the CRC then follows
     the bytes written). `blocks`: what the writer held (in the pool's precision, past each
     fill included), or a function giving them (called only on a failure), for the diagnosis."""
@@ -266,12 +289,12 @@ def _tolerant_problem(expected: bytes, actual: bytes) -> str | None:
         payload = got[oracle.RECORD_PREFIX_SIZE :]
         if payload[n_codes:] != record.payload[n_codes:]:
             return f"block {record.index} scales differ (they must be exact)"
-        steps = np.abs(
-            _code_ordinal(np.frombuffer(payload[:n_codes], dtype=np.uint8))
-            - _code_ordinal(np.frombuffer(record.payload[:n_codes], dtype=np.uint8))
+        problem = _e4m3_tolerance_problem(
+            np.frombuffer(record.payload[:n_codes], dtype=np.uint8),
+            np.frombuffer(payload[:n_codes], dtype=np.uint8),
         )
-        if steps.max(initial=0) > 1:
-            return f"block {record.index} has elements more than one e4m3 code away"
+        if problem is not None:
+            return f"block {record.index}, {problem}"
     return None
 
 
