@@ -242,6 +242,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _close_testees(config)
 
 
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """A hypothesis internal the gate relies on that is missing, said once per run."""
+    if not is_active(config):
+        return
+    for missing in profiles.missing_internals():
+        terminalreporter.write_line(f"tlkv: WARNING: {missing}", yellow=True, bold=True)
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     if not is_active(config):
         return []
@@ -475,10 +483,6 @@ def fuzz_case(request: pytest.FixtureRequest) -> FuzzRecorder:
     return FuzzRecorder(corpus.corpus_root(), tuple(marker.args) if marker else (), budget)
 
 
-# What hypothesis says when it gives up shrinking: it assumes its own five minutes.
-_SLOW_SHRINK = "WARNING: Hypothesis has spent more than five minutes"
-
-
 # tryfirst: the outermost wrapper, so that what it changes comes after hypothesis's section.
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -548,8 +552,8 @@ def _bounded_shrink_note(
     )
     kept = []
     for title, text in sections:
-        if _SLOW_SHRINK in text:
-            text, cut_short = text[: text.index(_SLOW_SHRINK)].rstrip(), True
+        if profiles.SLOW_SHRINK_WARNING in text:
+            text, cut_short = text[: text.index(profiles.SLOW_SHRINK_WARNING)].rstrip(), True
         if text:
             kept.append((title, text))
     if not cut_short:
