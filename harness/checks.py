@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import numpy as np
 import pytest
@@ -40,6 +40,8 @@ __all__ = [
     "expect_free",
     "free_count",
     "in_pool_precision",
+    "is_not_applicable",
+    "not_applicable",
     "refused_with",
     "snapshot",
 ]
@@ -58,15 +60,31 @@ class CaseFailure(AssertionError):
         return CaseFailure(f"{prefix}{self}{suffix}", self.evidence)
 
 
+def not_applicable(reason: str) -> NoReturn:
+    """Skip the running test as meaning nothing for its implementation: its way in cannot
+    observe what the test checks, it does not read or write the version, its pool has another
+    geometry. The gate then counts the test's requirements as not applicable to it; any other
+    skip leaves them applicable but not shown (docs/report.md, "What a run must show")."""
+    skip = pytest.skip.Exception(reason)
+    skip.not_applicable = True  # type: ignore[attr-defined]
+    raise skip
+
+
+def is_not_applicable(exc: BaseException) -> bool:
+    """Whether `exc` is a skip raised by not_applicable()."""
+    return getattr(exc, "not_applicable", False) is True
+
+
 @contextmanager
 def calls_to_testee(who: str = "") -> Iterator[None]:
     """Calls into the testee: a refusal or fault where none was expected fails the test with
-    one line (prefixed with `who`), and what this way in cannot observe skips it."""
+    one line (prefixed with `who`), and what this way in cannot observe skips it as not
+    applicable."""
     prefix = f"{who}: " if who else ""
     try:
         yield
     except NotObservable as exc:
-        pytest.skip(f"{prefix}{exc}")
+        not_applicable(f"{prefix}{exc}")
     except ImplementationFault as exc:
         evidence = (
             KnownMistake(
