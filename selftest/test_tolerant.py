@@ -65,13 +65,16 @@ def test_nan_sign_change_and_two_steps_fail(element: int, code: int, why: str) -
         compare_envelopes(_expected(), _with_code(element, code), "tolerant")
 
 
-def test_a_nan_expected_is_kept_exactly() -> None:
-    """Where the expected code is NaN, only that NaN passes (the same code)."""
+def test_a_nan_expected_is_no_step_from_a_number() -> None:
+    """Where the expected code is NaN, no number passes, not even 448; a NaN of the other sign
+    is the NaN policy's to judge, never a rounding step (with `nan="exact"` it fails)."""
     expected = _with_code(2, 0x7F)
     compare_envelopes(expected, expected, "tolerant")
-    for code in (0x7E, 0xFF):
+    for code in (0x7E, 0x7D):
         with pytest.raises(CaseFailure, match="NaN"):
             compare_envelopes(expected, _with_code(2, code), "tolerant")
+    with pytest.raises(CaseFailure, match="NaN"):
+        compare_envelopes(expected, _with_code(2, 0xFF), "tolerant", nan="exact")
 
 
 def test_scales_header_and_crc_stay_exact() -> None:
