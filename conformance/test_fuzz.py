@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tlkv_conformance import oracle, strategies
 from tlkv_conformance.adapters import Capability
 from tlkv_conformance.cases import EnvelopeResolver, mutate
+from tlkv_conformance.checks import not_applicable
 
 pytestmark = pytest.mark.fuzz
 MAX_POOL_ELEMENTS = 1 << 20
@@ -25,7 +26,7 @@ def _fixed(testee) -> list[int] | None:
 def _versions(testee, which: str) -> list[int]:
     versions = sorted(getattr(testee.info, which) & {1, 2})
     if not versions:
-        pytest.skip(f"{testee.label} has no envelope version for this property")
+        not_applicable(f"{testee.label} has no envelope version for this property")
     return versions
 
 
@@ -34,7 +35,7 @@ def _versions(testee, which: str) -> list[int]:
 @given(parent=st.integers(0, strategies.U64_MAX), tokens=strategies.tokens(1, 64))
 def test_block_hash_equals_oracle(testee, fuzz_case, parent, tokens) -> None:
     if not testee.can(Capability.HASH):
-        pytest.skip(f"{testee.label} cannot observe block_hash")
+        not_applicable(f"{testee.label} cannot observe block_hash")
     fuzz_case.check({"kind": "hash", "parent": parent, "tokens": tokens}, testee)
 
 
@@ -58,7 +59,7 @@ def test_import_of_export_reads_back(testee, fuzz_case, data) -> None:
     versions = sorted(set(_versions(testee, "write_versions")) & testee.info.read_versions)
     version = data.draw(st.sampled_from(versions or [0]), label="version")
     if not version:
-        pytest.skip(f"{testee.label} reads none of the versions it writes")
+        not_applicable(f"{testee.label} reads none of the versions it writes")
     envelope = strategies.envelope_specs(version, fixed=testee.geometry)
     build = data.draw(envelope, label="envelope")["build"]
     fuzz_case.check({"kind": "roundtrip", **build}, testee)

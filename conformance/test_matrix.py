@@ -22,7 +22,13 @@ import pytest
 from tlkv_conformance import oracle, plugin
 from tlkv_conformance.adapters import Capability
 from tlkv_conformance.cases import check_imported, plan_blocks
-from tlkv_conformance.checks import CaseFailure, calls_to_testee, compare_envelopes, free_count
+from tlkv_conformance.checks import (
+    CaseFailure,
+    calls_to_testee,
+    compare_envelopes,
+    free_count,
+    not_applicable,
+)
 from tlkv_conformance.diagnosis import RefusalEvidence
 from tlkv_conformance.errors import NotObservable, Refused
 
@@ -85,7 +91,7 @@ def _geometry(producer: Testee, consumer: Testee) -> oracle.Geometry:
         if isinstance(g := getattr(t.adapter, "geometry", None), oracle.Geometry)
     }
     if len(fixed) > 1:
-        pytest.skip(f"{producer.label} and {consumer.label} hold pools of different geometries")
+        not_applicable(f"{producer.label} and {consumer.label} hold pools of different geometries")
     return fixed.pop() if fixed else DEFAULT_GEOMETRY
 
 
@@ -122,11 +128,11 @@ def _skip_unless_able(producer: Testee, consumer: Testee, version: int) -> None:
     ):
         for capability in needs:
             if not testee.can(capability):
-                pytest.skip(f"{role} {testee.label} cannot observe {capability} this way in")
+                not_applicable(f"{role} {testee.label} cannot observe {capability} this way in")
     if version not in producer.info.write_versions:
-        pytest.skip(f"producer {producer.label} does not write v{version}")
+        not_applicable(f"producer {producer.label} does not write v{version}")
     if version not in consumer.info.read_versions:
-        pytest.skip(f"consumer {consumer.label} does not read v{version}")
+        not_applicable(f"consumer {consumer.label} does not read v{version}")
 
 
 def _export(

@@ -31,6 +31,7 @@ from tlkv_conformance.checks import (
     compare_readback,
     expect_free,
     free_count,
+    not_applicable,
 )
 from tlkv_conformance.diagnosis import (
     NOT_HELD,
@@ -150,7 +151,7 @@ def blob(golden: GoldenEntry | Unusable) -> bytes:
 def _skip_unless(testee: Testee, *capabilities: str) -> None:
     for capability in capabilities:
         if not testee.can(capability):
-            pytest.skip(f"{testee.label} cannot observe {capability} through this way in")
+            not_applicable(f"{testee.label} cannot observe {capability} through this way in")
 
 
 def _open(testee: Testee, entry: GoldenEntry) -> PoolHandle:
@@ -161,7 +162,7 @@ def _export(testee: Testee, golden: GoldenEntry, expected_size: int) -> bytes:
     """Write the entry's blocks into a fresh pool of its geometry and export them."""
     _skip_unless(testee, Capability.POOL, Capability.EXPORT)
     if golden.version not in testee.info.write_versions:
-        pytest.skip(f"{testee.label} does not write v{golden.version}")
+        not_applicable(f"{testee.label} does not write v{golden.version}")
     with calls_to_testee(), _open(testee, golden) as pool:
         ids = []
         for index, block in enumerate(golden.oracle_blocks()):
@@ -271,7 +272,7 @@ def _import(testee: Testee, golden: GoldenEntry, blob: bytes, nan: str) -> None:
     """Import the blob and check every block, NaNs compared as `nan` says."""
     _skip_unless(testee, Capability.POOL, Capability.IMPORT)
     if golden.version not in testee.info.read_versions:
-        pytest.skip(f"{testee.label} does not read v{golden.version}")
+        not_applicable(f"{testee.label} does not read v{golden.version}")
     expected = _expected_blocks(golden, blob)
     records = oracle.decode(blob).records
     with calls_to_testee(), _open(testee, golden) as pool:

@@ -1,6 +1,8 @@
 """The run's verdict: the gate, the conformance report, and everything that keeps them honest.
 
 Exit status 0 means the run completed and every MUST held, nothing less. So the gate:
+- exits EXIT_NOT_SHOWN (6) from a run without failures that did not show every MUST requirement
+  that applies (report.Conformance.not_shown): nothing refuted is not conformant;
 - counts SHOULD-level failures as warnings (the plugin reports them as passed, with the
   failure attached, so they neither fail the run nor stop `-x`/`--maxfail`);
 - marks a run that did not finish (SIGINT, SIGTERM, a deadline, `-x`, tests that never ran)
@@ -35,6 +37,9 @@ from .report import Conformance, Impl, Phase, ResultLog, RunInfo, report_paths
 from .requirements import requirements
 
 EXIT_INTERNAL = 3
+# The run completed without a failure but did not show every MUST requirement that applies
+# (Conformance.not_shown; docs/report.md, "What a run must show").
+EXIT_NOT_SHOWN = 6
 WARNING_CATEGORY = "SHOULD-warning"
 
 
@@ -111,6 +116,7 @@ def phase_of(report: pytest.TestReport) -> Phase:
         blamed=tuple(getattr(report, "tlkv_blamed", ()) or ()),
         causes=tuple(Cause.from_json(c) for c in getattr(report, "tlkv_causes", ()) or ()),
         symptom=getattr(report, "tlkv_symptom", "") or "",
+        not_applicable=bool(getattr(report, "tlkv_not_applicable", False)),
     )
 
 
@@ -221,6 +227,8 @@ class Gate:
             self.info, complete=not reason, incomplete_reason=reason, finished=_now()
         )
         self.conformance = Conformance.build(self.impls(), self.log, status, info)
+        if status == 0 and self.conformance.not_shown():
+            status = self.conformance.exit_status = EXIT_NOT_SHOWN
         if self.report_base is not None:
             try:
                 self.written = self.conformance.write(self.report_base)
@@ -234,7 +242,7 @@ class Gate:
         if self.write_known is not None:
             self._write_known_failures()
         if status != session.exitstatus:
-            session.exitstatus = pytest.ExitCode(status)
+            session.exitstatus = _exit_code(status)
             self.conformance.exit_status = status
         _write_completion(self.run_id, status, not reason)
 
@@ -273,6 +281,14 @@ class Gate:
             self.lock.release()
         if self._previous_sigterm is not None:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+
+def _exit_code(status: int) -> int:
+    """pytest's own name for a status it knows; the suite's own (EXIT_NOT_SHOWN) as it is."""
+    try:
+        return pytest.ExitCode(status)
+    except ValueError:
+        return status
 
 
 def _known_outcome(report: pytest.TestReport) -> str:

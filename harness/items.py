@@ -11,7 +11,7 @@ import pytest
 
 from . import corpus
 from .cases import Case, CaseFileError, load_case_file
-from .checks import CaseFailure, calls_to_testee
+from .checks import CaseFailure, calls_to_testee, not_applicable
 from .testee import Testee
 from .yamlsource import YamlSourceError
 
@@ -55,7 +55,7 @@ class CaseItem(pytest.Item):
     def setup(self) -> None:
         reason = self.case.skip_reason(self.testee)
         if reason:
-            pytest.skip(reason)
+            not_applicable(reason)
 
     def runtest(self) -> None:
         with calls_to_testee():

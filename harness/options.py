@@ -48,7 +48,8 @@ V2_LEVEL = Option(
     "--v2-level",
     "tlkv_v2_level",
     "how v2 exports are compared: strict (byte-exact, the default) or tolerant (each e4m3 "
-    "element within one code; header, hashes, fills, scales and CRC validity exact)",
+    "element at most one step from its code, finite and of the same sign: never NaN for a "
+    "number; header, hashes, fills, scales and CRC validity exact)",
     None,
     "strict",
     (("choices", ("strict", "tolerant")),),

@@ -21,7 +21,7 @@ import pytest
 
 from . import corpus, options, profiles
 from .adapters import AdapterSettings, open_adapter, parse_impl
-from .checks import CaseFailure
+from .checks import CaseFailure, is_not_applicable, not_applicable
 from .diagnosis import attribute
 from .errors import ImplementationFault, Refused, SuiteUsageError
 from .fuzzing import (
@@ -136,6 +136,9 @@ def _recorded_settings(config: pytest.Config, run: options.RunSettings) -> dict[
             "version": hypothesis.__version__,
         },
         "implementations": [t.spec.text for t in testees_of(config)],
+        # what the run was asked to show (the gate counts only these: Conformance.not_shown)
+        "reqs": sorted(_req_ids(config, options.REQS)),
+        "skip_reqs": sorted(_req_ids(config, options.SKIP_REQS)),
         "args": list(config.invocation_params.args),
         # where relative paths in `args` start, and what else chooses the examples drawn
         "invocation_dir": str(config.invocation_params.dir),
@@ -240,6 +243,14 @@ def _close_testees(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     _close_testees(config)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """A hypothesis internal the gate relies on that is missing, said once per run."""
+    if not is_active(config):
+        return
+    for missing in profiles.missing_internals():
+        terminalreporter.write_line(f"tlkv: WARNING: {missing}", yellow=True, bold=True)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -460,7 +471,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     except hypothesis.errors.Unsatisfiable:
         recorder = getattr(item, "funcargs", {}).get("fuzz_case")
         if isinstance(recorder, FuzzRecorder) and recorder.unobservable:
-            pytest.skip("; ".join(sorted(recorder.unobservable)[:3]))
+            not_applicable("; ".join(sorted(recorder.unobservable)[:3]))
         raise
 
 
@@ -473,10 +484,6 @@ def fuzz_case(request: pytest.FixtureRequest) -> FuzzRecorder:
     # of the run's (once spent, hypothesis stops at once instead of running examples untried).
     profiles.bound_shrinking(budget.remaining)
     return FuzzRecorder(corpus.corpus_root(), tuple(marker.args) if marker else (), budget)
-
-
-# What hypothesis says when it gives up shrinking: it assumes its own five minutes.
-_SLOW_SHRINK = "WARNING: Hypothesis has spent more than five minutes"
 
 
 # tryfirst: the outermost wrapper, so that what it changes comes after hypothesis's section.
@@ -501,6 +508,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         # The message alone, for the conformance report; an attribute, so that it travels
         # with the report from an xdist worker.
         report.tlkv_detail = _detail(report, call)
+    if report.skipped and call.excinfo is not None:
+        report.tlkv_not_applicable = is_not_applicable(call.excinfo.value)
     if KNOWN_SOURCES in item.stash:
         report.tlkv_known = list(item.stash[KNOWN_SOURCES])
     if report.failed and call.when == "call":
@@ -548,8 +557,8 @@ def _bounded_shrink_note(
     )
     kept = []
     for title, text in sections:
-        if _SLOW_SHRINK in text:
-            text, cut_short = text[: text.index(_SLOW_SHRINK)].rstrip(), True
+        if profiles.SLOW_SHRINK_WARNING in text:
+            text, cut_short = text[: text.index(profiles.SLOW_SHRINK_WARNING)].rstrip(), True
         if text:
             kept.append((title, text))
     if not cut_short:

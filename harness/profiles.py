@@ -11,13 +11,29 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.internal.conjecture import engine
+
+# Hypothesis internals the gate relies on, none of which has a public setting (hypothesis is
+# pinned below 7): missing_internals() checks each, the plugin says once in its header which is
+# missing, and selftest/test_hypothesis_internals.py fails then, and shows each takes effect.
+try:
+    from hypothesis.internal.conjecture import engine
+except ImportError:  # pragma: no cover - a hypothesis that moved its engine
+    engine = None  # type: ignore[assignment]
+try:
+    from hypothesis.internal.conjecture import providers
+except ImportError:  # pragma: no cover - a hypothesis that moved its providers
+    providers = None  # type: ignore[assignment]
+# What hypothesis says when it gives up shrinking (it assumes its own five minutes): the plugin
+# replaces it with the run's budget.
+SLOW_SHRINK_WARNING = "WARNING: Hypothesis has spent more than five minutes"
 
 DEFAULT_PROFILE = "gate"
 # The fuzz_case fixture is meant to outlive each example: it keeps the last one drawn, which
@@ -72,7 +88,44 @@ def bound_shrinking(seconds: float) -> None:
     example found by then. With a faulting implementation every shrink step costs a worker
     restart or a timeout: the broken engine's gate must end in about the time of a passing one.
     (Hypothesis offers no setting for this; its engine's module constant is the one knob.)"""
-    engine.MAX_SHRINKING_SECONDS = max(seconds, 0.001)  # type: ignore[assignment]
+    if _has(engine, "MAX_SHRINKING_SECONDS"):
+        engine.MAX_SHRINKING_SECONDS = max(seconds, 0.001)  # type: ignore[assignment]
+
+
+def _has(module: ModuleType | None, name: str) -> bool:
+    return module is not None and hasattr(module, name)
+
+
+def missing_internals() -> list[str]:
+    """The hypothesis internals the gate relies on that this hypothesis lacks, each as what is
+    missing and what the gate then loses; empty when all are there."""
+    import hypothesis
+
+    version = f"hypothesis {hypothesis.__version__}"
+    missing = []
+    if not _has(engine, "MAX_SHRINKING_SECONDS"):
+        missing.append(
+            f"{version} has no hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS: "
+            "shrinking is not bounded by --fuzz-shrink-seconds"
+        )
+    elif SLOW_SHRINK_WARNING not in _source(engine):
+        missing.append(
+            f"{version} no longer says {SLOW_SHRINK_WARNING!r} when it stops shrinking: a "
+            "report does not say that the run's budget stopped it"
+        )
+    if not (_has(providers, "_get_local_constants") and _has(providers, "_local_constants")):
+        missing.append(
+            f"{version} has no hypothesis.internal.conjecture.providers._get_local_constants: "
+            "the examples drawn from a seed may depend on where the suite is installed"
+        )
+    return missing
+
+
+def _source(module: ModuleType) -> str:
+    try:
+        return inspect.getsource(module)
+    except (OSError, TypeError):
+        return ""
 
 
 def example_database_dir(identities: Iterable[str]) -> Path:
@@ -103,14 +156,10 @@ def _pin_local_constants() -> None:
     """Hypothesis draws some values from constants it reads out of the source files it counts
     as the user's own, and which those are depends on where the suite is installed (a checkout,
     a wheel, a folder named test): the same seed would draw other examples. The gate draws from
-    the seed alone. (No public setting for it; hypothesis is pinned below 7.)"""
-    try:
-        from hypothesis.internal.conjecture import providers
-    except ImportError:  # pragma: no cover - a hypothesis without the mechanism
+    the seed alone. (No public setting for it; missing_internals() says when it is gone.)"""
+    if not (_has(providers, "_get_local_constants") and _has(providers, "_local_constants")):
         return
-    current = getattr(providers, "_local_constants", None)
-    if current is None or not hasattr(providers, "_get_local_constants"):
-        return
+    current = providers._local_constants
     empty = copy.deepcopy(current)
     if len(empty) == 0:
         providers._get_local_constants = lambda: empty

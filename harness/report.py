@@ -37,6 +37,8 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 VERDICTS = ("failed", "affected", "passed", "xfail", "skipped", "not run")
 ROLES = ("impl", "producer", "consumer")  # which --impl a test ran against, and as what
 
+# What not_shown() gives an implementation for which no MUST requirement was shown at all.
+NOTHING_SHOWN = "no MUST requirement"
 MAX_MESSAGE_LINES = 60
 MAX_TERMINAL_FAILURES = 10
 SHORT_LABEL = 16  # longer --impl labels are numbered in terminal tables
@@ -91,6 +93,8 @@ class Phase:
     blamed: tuple[str, ...] = ()  # a failure's requirements whose own bytes or fields differ
     causes: tuple[Cause, ...] = ()  # its probable causes (tlkv_conformance.diagnosis)
     symptom: str = ""  # what it shows when its evidence cannot say why (a valid envelope refused)
+    # a skip saying the test means nothing for this implementation (checks.not_applicable)
+    not_applicable: bool = False
 
 
 @dataclass
@@ -111,6 +115,7 @@ class TestResult:
     outcome: str = ""  # until a phase says (OUTCOMES)
     gating: bool = False  # a failure that fails the run (MUST, --strict, error, strict XPASS)
     message: str = ""
+    not_applicable: bool = False  # skipped as meaning nothing for its implementation
 
     @property
     def warning(self) -> bool:
@@ -180,6 +185,7 @@ class ResultLog:
         elif phase.outcome == "skipped" and phase.when != "teardown":
             result.outcome = "xfailed" if phase.wasxfail else "skipped"
             result.message = _trim(phase.detail)
+            result.not_applicable = phase.not_applicable and not phase.wasxfail
         elif phase.when == "call":
             result.outcome = "xpassed" if phase.wasxfail else "passed"
 
@@ -254,11 +260,15 @@ class Cell:
     failures: list[TestResult] = field(default_factory=list)
     # failed tests citing this requirement whose differences lie elsewhere (blamed on others)
     affected: list[TestResult] = field(default_factory=list)
+    # skipped tests that could have shown it (not skipped as not applicable)
+    unshown: list[TestResult] = field(default_factory=list)
 
     def add(self, result: TestResult) -> None:
         self.counts[result.outcome] += 1
         if result.outcome in FAILED_LIKE:
             self.failures.append(result)
+        if result.outcome == "skipped" and not result.not_applicable:
+            self.unshown.append(result)
 
     def affect(self, result: TestResult) -> None:
         self.affected.append(result)
@@ -280,6 +290,12 @@ class Cell:
     @property
     def gating(self) -> bool:
         return any(f.gating for f in self.failures)
+
+    @property
+    def not_shown(self) -> bool:
+        """It applies (a test that could show it was skipped for another reason than not
+        applying) and no test showed it: nothing passed, failed, or confirmed a known failure."""
+        return self.verdict == "skipped" and bool(self.unshown)
 
     @property
     def shown(self) -> str:
@@ -437,8 +453,57 @@ class Conformance:
             return "FAIL"
         if not self.run.complete:
             return "INCOMPLETE"
+        if label in self.not_shown():
+            return "NOT SHOWN"
         warnings = sum(r.warning for r in results)
         return f"PASS ({warnings} SHOULD warning{'s' * (warnings != 1)})" if warnings else "PASS"
+
+    def _asked_must(self) -> list[str]:
+        """The MUST requirements this run was asked to show: all, or those --reqs names, less
+        those --skip-reqs names."""
+        asked = set(self.run.settings.get("reqs") or ())
+        skipped = set(self.run.settings.get("skip_reqs") or ())
+        return [
+            rid
+            for rid, requirement in requirements().items()
+            if requirement.is_must and (not asked or rid in asked) and rid not in skipped
+        ]
+
+    def not_shown(self) -> dict[str, list[str]]:
+        """Per implementation, what keeps a run without failures from showing conformance
+        (docs/report.md, "What a run must show"): the asked MUST requirements that apply to it
+        and that no test showed, or, when no MUST requirement was shown for it at all (every
+        test skipped as not applicable, or only SHOULD-level ones selected), ["no MUST
+        requirement"]."""
+        asked = self._asked_must()
+        missing: dict[str, list[str]] = {}
+        for label in self.labels:
+            cells = [self.requirement_cells[rid][label] for rid in asked]
+            unshown = [rid for rid, cell in zip(asked, cells, strict=True) if cell.not_shown]
+            shown = any(cell.verdict in ("passed", "failed", "affected", "xfail") for cell in cells)
+            crossed = any(
+                label in (result.roles.get("producer"), result.roles.get("consumer"))
+                and result.outcome in PASSED_LIKE
+                for result in self.results
+            )
+            if unshown:
+                missing[label] = unshown
+            elif not shown and not crossed:
+                missing[label] = [NOTHING_SHOWN]
+        return missing
+
+    def _not_shown_lines(self) -> list[str]:
+        return [
+            f"{label}: not shown: "
+            + (
+                "no MUST requirement (every test was skipped as not applicable, or none was "
+                "selected)"
+                if ids == [NOTHING_SHOWN]
+                else f"{', '.join(ids)} (applicable, but every test that could show "
+                f"{'it' if len(ids) == 1 else 'them'} was skipped)"
+            )
+            for label, ids in self.not_shown().items()
+        ]
 
     def requirement_counts(self, label: str) -> dict[str, int]:
         """How many requirements got each verdict for `label`; failures split by gating."""
@@ -518,6 +583,7 @@ class Conformance:
             "gate": self.gate,
             "exit_status": self.exit_status,
             "strict": self.strict,
+            "not_shown": self.not_shown() if self.run.complete else {},
             "summary": {
                 "tests": {o: outcome_counts[o] for o in OUTCOMES if outcome_counts[o]},
                 "failures": sum(r.gating for r in self.failures),
@@ -705,6 +771,8 @@ class Conformance:
         ]
         if not self.run.complete:
             lines.append(f"the run is INCOMPLETE ({self.run.incomplete_reason}): no verdict")
+        elif not failures:
+            lines += self._not_shown_lines()
         warnings = sum(r.warning for r in self.failures)
         if warnings:
             them = f"{warnings} SHOULD-level failure{'s' * (warnings != 1)}"
@@ -739,6 +807,8 @@ class Conformance:
                 f"**The run is INCOMPLETE** ({self.run.incomplete_reason}): this report is "
                 "partial and no implementation passed."
             )
+        elif not failures:
+            out += [f"**Not shown**: {line}" for line in self._not_shown_lines()]
         out.append(f"Run `{self.run.run_id}`, suite {self.run.suite_version}, {self.run.started}.")
         if self.collection_errors:
             out.append(f"{len(self.collection_errors)} collection errors.")

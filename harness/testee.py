@@ -25,7 +25,7 @@ class Testee:
     spec: ImplSpec
     adapter: Adapter
     info: ImplInfo
-    v2_level: str = "strict"  # or "tolerant": e4m3 elements within one code
+    v2_level: str = "strict"  # or "tolerant": e4m3 codes within one finite step
 
     @property
     def label(self) -> str:

@@ -138,7 +138,11 @@ def test_python_conformance_tests_agree_with_ref(run_suite, reference_library):
     # A fixed seed: the property tests draw the same examples for both implementations.
     run = run_suite("--impl=ref", f"--impl={label}", "--hypothesis-seed=0", "conformance")
     ours, python_reference = _normalised(run, label), _normalised(run, "ref")
-    assert ours, run.output[-4000:]
+    assert run.returncode == 0, run.output[-4000:]
+    # Both pass (agreeing on a failure would prove nothing), and agree test for test.
+    for outcomes in (ours, python_reference):
+        assert "passed" in outcomes.values(), run.output[-4000:]
+        assert "failed" not in outcomes.values(), run.output[-4000:]
     assert ours == python_reference, run.output[-4000:]
 
 

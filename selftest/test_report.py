@@ -4,6 +4,8 @@ JUnit properties, field-aware diffs, and the cross-implementation matrix (docs/r
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -12,11 +14,14 @@ from typing import Any
 import pytest
 from tlkv_conformance import report as tlkv_report
 from tlkv_conformance.adapters import parse_impl
+from tlkv_conformance.gate import EXIT_NOT_SHOWN
 from tlkv_conformance.report import (
+    NOTHING_SHOWN,
     Conformance,
     Impl,
     Phase,
     ResultLog,
+    RunInfo,
     report_paths,
 )
 from tlkv_conformance.requirements import requirements
@@ -255,6 +260,7 @@ def test_json_report_structure(should_only, tmp_path: Path) -> None:
         "gate",
         "exit_status",
         "strict",
+        "not_shown",
         "summary",
         "collection_errors",
         "start_here",
@@ -384,11 +390,24 @@ def test_one_implementation_disagreeing_with_itself_is_called_out(tmp_path: Path
 
 
 def _phase(
-    nodeid: str, when: str, outcome: str, impl: str, *reqs: str, level: str, warning: bool = False
+    nodeid: str,
+    when: str,
+    outcome: str,
+    impl: str,
+    *reqs: str,
+    level: str,
+    warning: bool = False,
+    **flags: bool,
 ) -> Phase:
     properties = (*(("requirement", r) for r in reqs), ("level", level), ("impl", impl))
     return Phase(
-        nodeid, when, outcome, tuple(properties), detail=f"{nodeid} {outcome}", warning=warning
+        nodeid,
+        when,
+        outcome,
+        tuple(properties),
+        detail=f"{nodeid} {outcome}",
+        warning=warning,
+        **flags,
     )
 
 
@@ -426,6 +445,117 @@ def test_verdicts_aggregate_and_should_cases_do_not_fail_must_requirements() -> 
         "HASH-FNV",
         "READ-RULES-FIRST",
     ]
+
+
+# -- what a run must show ---------------------------------------------------------------------
+
+
+def _judged(*phases: Phase, reqs: tuple[str, ...] = ()) -> Conformance:
+    """A run of `phases` against implementation x that was otherwise clean (exit status 0)."""
+    log = ResultLog(strict=False)
+    for phase in phases:
+        log.add(phase)
+    return Conformance.build([Impl("x", "x", "")], log, 0, RunInfo(settings={"reqs": list(reqs)}))
+
+
+PASSED_FNV = _phase("a[x]", "call", "passed", "x", "HASH-FNV", level="MUST")
+SKIPPED_ZERO = _phase("b[x]", "setup", "skipped", "x", "HASH-ZERO", "V2-SCALE", level="MUST")
+NOT_APPLICABLE_SCALE = _phase(
+    "c[x]", "setup", "skipped", "x", "V2-SCALE", level="MUST", not_applicable=True
+)
+
+
+def test_an_applicable_must_requirement_no_test_showed_is_named() -> None:
+    judged = _judged(PASSED_FNV, SKIPPED_ZERO, NOT_APPLICABLE_SCALE)
+    # V2-SCALE: one test did not apply, the other could have shown it
+    assert judged.not_shown() == {"x": ["HASH-ZERO", "V2-SCALE"]}
+    assert judged.impl_gate("x") == "NOT SHOWN"
+    assert "x: not shown: HASH-ZERO, V2-SCALE (applicable" in "\n".join(judged.closing_lines([]))
+
+
+def test_not_applicable_requirements_need_no_test() -> None:
+    judged = _judged(PASSED_FNV, NOT_APPLICABLE_SCALE)
+    assert judged.not_shown() == {}
+    assert judged.impl_gate("x") == "PASS"
+
+
+def test_a_run_that_showed_no_must_requirement_is_named() -> None:
+    should = _phase("d[x]", "call", "passed", "x", "V2-PAD", level="SHOULD")
+    assert _judged(NOT_APPLICABLE_SCALE, should).not_shown() == {"x": [NOTHING_SHOWN]}
+    # A known failure still failing shows something: the gate stays green while it is tracked.
+    known = _phase("e[x]", "call", "skipped", "x", "HASH-ZERO", level="MUST", wasxfail=True)
+    assert _judged(NOT_APPLICABLE_SCALE, known).not_shown() == {}
+
+
+def test_reqs_count_only_the_requirements_asked_for() -> None:
+    """--reqs=HASH-FNV selects tests citing HASH-FNV, which may cite others: only HASH-FNV
+    must be shown."""
+    fnv_and_scale = _phase("f[x]", "setup", "skipped", "x", "HASH-FNV", "V2-SCALE", level="MUST")
+    assert _judged(PASSED_FNV, fnv_and_scale, reqs=("HASH-FNV",)).not_shown() == {}
+    assert _judged(PASSED_FNV, fnv_and_scale).not_shown() == {"x": ["V2-SCALE"]}
+    assert _judged(fnv_and_scale, reqs=("HASH-FNV",)).not_shown() == {"x": ["HASH-FNV"]}
+
+
+def test_a_run_that_showed_nothing_does_not_exit_0(tmp_path: Path) -> None:
+    """Through `tlkv-conformance run`: transfer cases against a library (none applies) exit
+    with their own status, in the reports too."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "tlkv_conformance", "run", "--impl=ref", "--report"]
+    result = subprocess.run(
+        [*command, str(out), "-q", "-p", "no:cacheprovider", "cases/transfer.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == EXIT_NOT_SHOWN, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "ref: not shown: no MUST requirement" in result.stdout
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert (report["gate"], report["exit_status"]) == ("fail", EXIT_NOT_SHOWN)
+    assert report["not_shown"] == {"ref": [NOTHING_SHOWN]}
+    assert "**Not shown**: ref: not shown: no MUST requirement" in (out / "report.md").read_text()
+
+
+_USER_TESTS = """
+import pytest
+from tlkv_conformance.checks import not_applicable
+
+
+@pytest.mark.reqs("HASH-FNV")
+def test_shows_fnv(testee):
+    assert testee.adapter.block_hash(0, [1, 2]) == 0xA91AB0C1027B9366  # the spec's example
+
+
+@pytest.mark.reqs("HASH-ZERO")
+def test_cannot_show_the_zero_rule_today(testee):
+    pytest.skip("the engine's hash service is down")
+
+
+@pytest.mark.reqs("V2-SCALE")
+def test_no_v2_here(testee):
+    not_applicable("this engine writes no v2")
+"""
+
+
+@pytest.mark.parametrize(
+    ("selection", "status", "named"),
+    [
+        ((), EXIT_NOT_SHOWN, "HASH-ZERO"),
+        (("--reqs=HASH-FNV,V2-SCALE",), 0, ""),
+        (("-k", "fnv or v2"), 0, ""),
+        (("-k", "v2"), EXIT_NOT_SHOWN, NOTHING_SHOWN),
+    ],
+    ids=["all", "reqs", "k", "k-nothing"],
+)
+def test_a_skip_that_could_have_shown_a_must_fails_the_gate(
+    scratch_cases: Path, tmp_path: Path, selection: tuple[str, ...], status: int, named: str
+) -> None:
+    tests = scratch_cases.parent / "test_user.py"
+    tests.write_text(_USER_TESTS, encoding="utf-8")
+    run, report, _ = _run(tmp_path, "--impl=ref", *selection, str(tests.relative_to(ROOT)))
+    assert run.returncode == status, run.output[-3000:]
+    assert report["not_shown"] == ({"ref": [named]} if named else {})
+    assert "V2-SCALE" not in run.output.split("TLKV conformance")[-1]
 
 
 def test_implementation_identity() -> None:

@@ -9,6 +9,7 @@ import json
 import math
 import re
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,20 @@ def test_reader_e4m3_table_is_ocp_e4m3fn() -> None:
     assert vr.E4M3[0x08] == 2.0**-6  # the smallest normal
 
 
+def test_reader_e4m3_encoding_is_ocp_e4m3fn() -> None:
+    """The reader's v2 writer rounds as ml_dtypes does (every code's value, the midpoints
+    between neighbours, and points just off them), with no saturation past 464."""
+    values = np.arange(0x7F, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    midpoints = (values[:-1] + values[1:]) / 2
+    probes = np.concatenate(
+        [values, midpoints, np.nextafter(midpoints, 0), np.nextafter(midpoints, 1000)]
+    ).astype(np.float32)
+    probes = np.concatenate([probes, -probes, np.float32([463.99, 464.01, 1000.0])])
+    want = probes.astype(ml_dtypes.float8_e4m3fn).view(np.uint8).tolist()
+    got = [vr.e4m3_code(float(q)) for q in probes]
+    assert got == want
+
+
 # -- hashes -----------------------------------------------------------------------------------
 
 
@@ -342,6 +357,23 @@ def _padding_problem(block: vr.Block, shape: vr.Shape, version: int) -> str | No
     return None
 
 
+def _v2_payload_problem(block: vr.Block, shape: vr.Shape, values: Sequence[float]) -> str | None:
+    """The record's codes and scales against the independent reader's v2 writer."""
+    per_slab = shape.block_tokens * shape.head_dim
+    filled = block.n_tokens * shape.head_dim
+    scales = struct.unpack_from(f"<{shape.slabs}f", block.payload, shape.elements)
+    for slab in range(shape.slabs):
+        start = slab * per_slab
+        codes, scale = vr.encode_v2_slab(values[start : start + filled])
+        if vr.f32_bits(scales[slab]) != vr.f32_bits(scale):
+            return f"slab {slab}: scale {scales[slab]!r}, the format's text gives {scale!r}"
+        written = list(block.payload[start : start + filled])
+        if written != codes:
+            at = next(i for i, (a, b) in enumerate(zip(written, codes, strict=True)) if a != b)
+            return f"slab {slab} element {at}: code {written[at]:#04x}, the text: {codes[at]:#04x}"
+    return None
+
+
 def _export_problem(v: dict[str, Any]) -> str | None:
     data = bytes.fromhex(v["envelope_hex"])
     shape = _shape(v["geometry"])
@@ -362,12 +394,14 @@ def _export_problem(v: dict[str, Any]) -> str | None:
             return f"block {index}: hash or n_tokens is not the written block's"
         if problem := _padding_problem(block, shape, version):
             return f"block {index}: {problem}"
-        if version != 1:
-            continue  # v2 values are the writer's rounding: header, hashes, fills, CRC only
         raw = bytes.fromhex(written["values_f32le_hex"])
         values = struct.unpack(f"<{len(raw) // 4}f", raw)
         per_slab = shape.block_tokens * shape.head_dim
         filled = block.n_tokens * shape.head_dim
+        if version == 2:
+            if problem := _v2_payload_problem(block, shape, values):
+                return f"block {index}: {problem}"
+            continue
         rounded = [vr.f16_round(x) if i % per_slab < filled else 0.0 for i, x in enumerate(values)]
         expected_hex = b"".join(struct.pack("<I", vr.f32_bits(x)) for x in rounded).hex()
         if problem := _values_problem(expected_hex, block.values, f"block {index}"):
@@ -380,6 +414,30 @@ def test_export_vectors(docs: dict[str, dict[str, Any]]) -> None:
     assert not _problems(exports, _export_problem)
     assert {v["version"] for v in exports} == {1, 2}
     assert any(v["history"] for v in exports), "no export case writes history blocks first"
+
+
+def _one_code_changed(v: dict[str, Any], where: int) -> dict[str, Any]:
+    """`v` with the byte at `where` of its first record's payload one step up (the CRC
+    recomputed), so that only the value check can see it."""
+    data = bytearray.fromhex(v["envelope_hex"])
+    data[vr.HEADER + vr.RECORD_HEAD + where] += 1
+    data[-vr.TRAILER :] = vr.crc32c(bytes(data[: -vr.TRAILER])).to_bytes(4, "little")
+    return {**v, "envelope_hex": data.hex()}
+
+
+def test_v2_export_values_are_checked(docs: dict[str, dict[str, Any]]) -> None:
+    """A v2 export vector one code or one scale off (CRC recomputed) is caught by the
+    independent reader: the oracle's v2 rounding does not reach the vectors unchecked."""
+    exports = docs[vectors.EXPORTS_FILE]["vectors"]
+    v2 = next(v for v in exports if v["version"] == 2 and v["blocks"][0]["n_tokens"] > 0)
+    shape = _shape(v2["geometry"])
+    assert _export_problem(v2) is None
+    code_problem = _export_problem(_one_code_changed(v2, 0))
+    assert code_problem is not None
+    assert "element 0: code" in code_problem
+    scale_problem = _export_problem(_one_code_changed(v2, shape.elements))
+    assert scale_problem is not None
+    assert "scale" in scale_problem
 
 
 # -- the command ------------------------------------------------------------------------------

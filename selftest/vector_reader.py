@@ -9,6 +9,7 @@ shows up as a disagreement instead of being copied into the vectors.
 
 from __future__ import annotations
 
+import bisect
 import math
 import struct
 from collections.abc import Iterable, Sequence
@@ -118,6 +119,47 @@ def same_f32(expected_bits: int, got_bits: int) -> bool:
 
 def _is_nan(bits: int) -> bool:
     return (bits & 0x7F800000) == 0x7F800000 and bool(bits & 0x007FFFFF)
+
+
+# -- element encoding (a v2 writer) -----------------------------------------------------------
+
+E4M3_MAX = 448.0
+# The non-negative finite codes 0x00..0x7E, in increasing value (the code order is the value's).
+_E4M3_MAGNITUDES = E4M3[:0x7F]
+
+
+def e4m3_code(q: float) -> int:
+    """The e4m3 code of an f32 quotient: the nearest finite value, a tie to the even code (its
+    last bit is the mantissa's), NaN past 448 + half a step (the "fn" form has no infinity)."""
+    sign = 0x80 if math.copysign(1.0, q) < 0 else 0x00
+    magnitude = abs(q)
+    if math.isnan(q) or magnitude > 464.0:
+        return sign | 0x7F
+    above = bisect.bisect_left(_E4M3_MAGNITUDES, magnitude)
+    if above == 0x7F:
+        return sign | 0x7E
+    below = max(above - 1, 0)
+    under, over = magnitude - _E4M3_MAGNITUDES[below], _E4M3_MAGNITUDES[above] - magnitude
+    if under < over or (under == over and below % 2 == 0):
+        return sign | below
+    return sign | above
+
+
+def encode_v2_slab(filled: Sequence[float]) -> tuple[list[int], float]:
+    """A slab's codes (its filled positions) and scale, from the format's text: scale = amax /
+    448 in f32 (1.0 when that is 0), each code e4m3(x / scale) in f32; where the scale is not a
+    normal f32 the quotient is clamped to +-448 (docs/format.md, V2-*)."""
+    amax = max((abs(x) for x in filled), default=0.0)
+    scale = f32(amax / E4M3_MAX) or 1.0
+    tiny = scale < F32_SMALLEST_NORMAL
+    codes = []
+    for x in filled:
+        q = f32(x / scale)
+        codes.append(e4m3_code(max(-E4M3_MAX, min(E4M3_MAX, q)) if tiny else q))
+    return codes, scale
+
+
+F32_SMALLEST_NORMAL = 2.0**-126
 
 
 # -- the envelope -----------------------------------------------------------------------------
