@@ -119,7 +119,14 @@ def _analyse(evidence: Evidence) -> tuple[list[Cause], set[str], str]:
         return [cause], set(evidence.reqs), ""
     if isinstance(evidence, CountEvidence):
         if not evidence.released:  # a write or an import allocated another number
-            return [], {"POOL-WRITE-READ", "READ-ACCEPT", "POOL-REFS"}, ""
+            reqs = ("POOL-REFS", "POOL-WRITE-READ", "READ-ACCEPT")
+            cause = Cause(
+                "free-count",
+                "the free-block count moves by another number than the blocks allocated",
+                reqs,
+                f"free blocks {evidence.actual}, {evidence.expected} due",
+            )
+            return [cause], set(reqs), ""
         causes = []
         if evidence.actual < evidence.expected:
             causes.append(

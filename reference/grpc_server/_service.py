@@ -69,9 +69,13 @@ class KvTransferServer:
         capacity: int,
         read_versions: frozenset[int],
         fault: str | None = None,
+        dedup: bool = False,
     ) -> None:
         self._backend = backend
         self._pool = backend.Pool(*geometry, capacity)
+        # A prefix cache (--dedup): a payload for a hash already held is read in full in a
+        # pool of one block of its own, then the held block is shared instead of stored twice.
+        self._scratch = backend.Pool(*geometry, 1) if dedup else None
         self.geometry = geometry
         self.read_versions = read_versions
         # PullKv writes what the server reads, as far as the backend writes it.
@@ -152,13 +156,28 @@ class KvTransferServer:
             return
         payload = bytes(chunk.payload)
         self._check_payload(chunk, payload, where)
+        held = self._find(chunk.block_hash) if self._scratch is not None else None
+        if held is not None:
+            self._validate(payload, where)
+            self._extra_refs[held] = self._extra_refs.get(held, 0) + 1
+            stream.reused.append(held)
+        else:
+            stream.stored.extend(self._import(self._pool, payload, where))
+        stream.payload_bytes += len(payload)
+
+    def _import(self, pool: Any, payload: bytes, where: str) -> list[int]:
         try:
-            blocks = self._pool.import_envelope(payload, 1)
+            return pool.import_envelope(payload, 1)
         except self._backend.KvError as exc:
             status = _STATUS_OF_CODE.get(getattr(exc, "code", None), grpc.StatusCode.INTERNAL)
             raise Refusal(status, f"{where}: the envelope is refused: {exc}") from None
-        stream.stored.extend(blocks)
-        stream.payload_bytes += len(payload)
+
+    def _validate(self, payload: bytes, where: str) -> None:
+        """Every reader rule on a payload the server will not store (its hash is held): the
+        scratch pool imports it and lets it go, so a bad payload is refused as if it were new."""
+        assert self._scratch is not None
+        for block in self._import(self._scratch, payload, where):
+            self._scratch.release(block)
 
     def _reuse(self, chunk: Any, where: str, stream: _Stream) -> None:
         block = self._find(chunk.block_hash)

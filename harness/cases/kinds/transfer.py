@@ -21,7 +21,7 @@ import numpy as np
 
 from ... import oracle
 from ...adapters import ReadBack
-from ...checks import CaseFailure, ValueSource, compare_readback
+from ...checks import WRONG_COUNT, CaseFailure, ValueSource, compare_readback
 from ...diagnosis import KnownMistake, PoolChangeEvidence, RefusalEvidence
 from ...errors import NotObservable, Refused
 from ...testee import Testee
@@ -450,7 +450,12 @@ class _Run:
             return
         bound = f"between {before - used} and {before}" if at_most and used else f"{before - used}"
         raise CaseFailure(
-            f"GetInfo says {after} free blocks after {what}, {before} before; expected {bound}"
+            f"GetInfo says {after} free blocks after {what}, {before} before; expected {bound}",
+            KnownMistake(
+                "free-count",
+                "the free-block count moves by another number than the blocks stored",
+                ("XFER-INFO",),
+            ),
         )
 
     def expect_pull_order(self) -> None:
@@ -513,7 +518,7 @@ def _count_mistake(
             f"payload_bytes {got[2]} is one {size}-byte envelope short",
         )
     reqs = ("XFER-BYTES",) if got[:2] == expected[:2] else ("XFER-COUNTS",)
-    return KnownMistake("xfer-counts", "PushKv counts wrongly what it stored and reused", reqs)
+    return KnownMistake(*WRONG_COUNT, reqs)
 
 
 def _what(chunk: Any, index: int) -> str:
