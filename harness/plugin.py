@@ -127,6 +127,14 @@ def pytest_configure(config: pytest.Config) -> None:
 PROFILE = pytest.StashKey[str]()
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Every xdist worker builds its cases with the run's one hash salt, the one the report
+    states (a case runs in one worker, and its file and id keep it apart from the others)."""
+    if is_active(node.config):
+        node.workerinput[options.HASH_SALT.ini] = settings_of(node.config).salt_text
+
+
 def _recorded_settings(config: pytest.Config, run: options.RunSettings) -> dict[str, Any]:
     """What the report records to repeat the run: options, fuzzing, the implementations."""
     return {
@@ -224,7 +232,7 @@ def _open_testees(config: pytest.Config, run: options.RunSettings) -> list[Teste
                 raise SuiteUsageError(
                     f"--impl {spec.label}: describing itself failed: {exc}{hint}"
                 ) from None
-            testees.append(Testee(spec, adapter, info, run.v2_level))
+            testees.append(Testee(spec, adapter, info, run.v2_level, run.hash_salt))
     except BaseException:
         for testee in testees:
             testee.adapter.close()

@@ -5,9 +5,10 @@ decode server already holds (an earlier, shorter prompt transferred first), and 
 chunk to tamper with. It runs exactly as a prefill engine would: HasBlocks first, an empty
 payload for each held block, a one-block envelope for every other block including the tail.
 
-The server's pool outlives every case and cannot be cleared over tl.kv.v1, so each run draws
-fresh random tokens: the hashes are new to the server whatever ran before (the tokens and
-hashes are in every failure message). Only gRPC testees run these cases.
+The server's pool outlives every case and cannot be cleared over tl.kv.v1, so the tokens are
+drawn from the run's hash salt mixed with the case's file and id (random per run, stated in the
+report, --hash-salt replays it): the hashes are new to the server whatever ran before (the
+tokens and hashes are in every failure message). Only gRPC testees run these cases.
 """
 
 from __future__ import annotations
@@ -101,10 +102,17 @@ class _Prompt:
 
 
 def _draw_prompt(
-    geometry: oracle.Geometry, version: int, full: int, tail: int, recipe: Mapping[str, Any]
+    geometry: oracle.Geometry,
+    version: int,
+    full: int,
+    tail: int,
+    recipe: Mapping[str, Any],
+    salt: int,
 ) -> _Prompt:
+    """The prompt's tokens come from `salt` (the case's, of the run's hash salt); a case built
+    unsalted (for no server) draws fresh ones."""
     b = geometry.block_tokens
-    rng = np.random.default_rng(secrets.randbits(128))
+    rng = np.random.default_rng(salt or secrets.randbits(128))
     tokens = [int(t) for t in rng.integers(0, 1 << 32, size=full * b + tail, dtype=np.uint64)]
     hashes = oracle.sequence_hashes(tokens, b)
     blocks, payloads = [], []
@@ -138,6 +146,7 @@ class TransferCase(Case):
     atomic: bool
     checks: frozenset[str]
     resolver: EnvelopeResolver
+    salt: int  # the case's hash salt: its prompt's tokens
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
@@ -190,6 +199,7 @@ class TransferCase(Case):
                 atomic=bool(expect.get("atomic")),
                 checks=frozenset(raw.get("check", ())),
                 resolver=ctx.resolver,
+                salt=ctx.target.salt,
             )
         ]
 
@@ -232,7 +242,9 @@ class TransferCase(Case):
             raise NotObservable("this case compares content; the server does not offer PullKv")
         if "free_blocks" in self.checks and not adapter.has_info:
             raise NotObservable("this case counts free blocks; the server does not offer GetInfo")
-        prompt = _draw_prompt(geometry, self.version, self.full_blocks, self.tail, self.values)
+        prompt = _draw_prompt(
+            geometry, self.version, self.full_blocks, self.tail, self.values, self.salt
+        )
         run = _Run(adapter, prompt)
         try:
             run.expect_held([False] * len(prompt.full_hashes), "before anything was sent")
