@@ -462,13 +462,29 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    """A property test none of whose examples this way in can observe is skipped, with why."""
+    """A property test none of whose examples this way in can observe is skipped, with why;
+    one whose testee answered an example differently when it was replayed fails saying so, in
+    plain words and with both answers (not hypothesis's Flaky traceback)."""
     try:
         return (yield)
     except hypothesis.errors.Unsatisfiable:
         recorder = getattr(item, "funcargs", {}).get("fuzz_case")
         if isinstance(recorder, FuzzRecorder) and recorder.unobservable:
             pytest.skip("; ".join(sorted(recorder.unobservable)[:3]))
+        raise
+    except (hypothesis.errors.FlakyFailure, hypothesis.errors.FlakyReplay) as flaky:
+        recorder = getattr(item, "funcargs", {}).get("fuzz_case")
+        testee = getattr(item, "funcargs", {}).get("testee")
+        if isinstance(recorder, FuzzRecorder) and isinstance(testee, Testee):
+            raise recorder.flaky(flaky, testee) from None
+        raise
+    except Exception as error:
+        # Several distinct failures (an exception group), one of them the testee's state
+        # showing: the others may be its consequences, so that is the one reported.
+        recorder = getattr(item, "funcargs", {}).get("fuzz_case")
+        several = isinstance(getattr(error, "exceptions", None), tuple)
+        if several and isinstance(recorder, FuzzRecorder) and recorder.state_dependent:
+            raise recorder.state_dependent from None
         raise
 
 

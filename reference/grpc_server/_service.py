@@ -36,7 +36,7 @@ _STATUS_OF_CODE = {
     "EINVAL": grpc.StatusCode.INVALID_ARGUMENT,
     "ENOTFOUND": grpc.StatusCode.NOT_FOUND,
 }
-FAULTS = ("wrong-version-status", "huge-pull")
+FAULTS = ("wrong-version-status", "huge-pull", "state-dependent")
 # What the "huge-pull" fault answers PullKv with: a first chunk of this many payload bytes, far
 # past the 4 MiB a chunk may carry, so that a client without a receive limit would take it all.
 HUGE_PULL_BYTES = 100 * 1024 * 1024
@@ -85,6 +85,7 @@ class KvTransferServer:
         # References taken by empty payloads. The testee protocol has no "add a reference", and
         # tl.kv.v1 has no release, so the server counts them itself (they pin nothing more).
         self._extra_refs: dict[int, int] = {}
+        self._times_sent: dict[bytes, int] = {}  # for the "state-dependent" fault
 
     # -- the rpcs -------------------------------------------------------------------------------
 
@@ -156,6 +157,8 @@ class KvTransferServer:
             return
         payload = bytes(chunk.payload)
         self._check_payload(chunk, payload, where)
+        if self._fault == "state-dependent":  # a deliberately wrong server, for self-tests
+            self._refuse_second_sending(payload, where)
         held = self._find(chunk.block_hash) if self._scratch is not None else None
         if held is not None:
             self._validate(payload, where)
@@ -164,6 +167,15 @@ class KvTransferServer:
         else:
             stream.stored.extend(self._import(self._pool, payload, where))
         stream.payload_bytes += len(payload)
+
+    def _refuse_second_sending(self, payload: bytes, where: str) -> None:
+        """A server whose answer depends on what it was sent before: a block's values (its
+        record past the hash and n_tokens) refused the second time they come, whatever the
+        hash, and accepted the first and every later time."""
+        values = payload[_HEADER.size + 12 : -4]
+        times = self._times_sent[values] = self._times_sent.get(values, 0) + 1
+        if times == 2:
+            raise Refusal(grpc.StatusCode.DATA_LOSS, f"{where}: these values were sent once before")
 
     def _import(self, pool: Any, payload: bytes, where: str) -> list[int]:
         try:
