@@ -40,6 +40,7 @@ class Tamper:
 
     chunk: int | None = None
     empty_payload: bool = False
+    resend: bool = False  # a held block's chunk carries its payload again
     payload_blocks: int | None = None  # carry this many blocks (from this one on) in one envelope
     mutations: tuple[Mapping[str, Any], ...] = ()
     reseal: bool = True
@@ -66,6 +67,7 @@ class Tamper:
         return cls(
             chunk=raw.get("chunk"),
             empty_payload=raw.get("empty_payload", False),
+            resend=raw.get("resend", False),
             payload_blocks=raw.get("payload_blocks"),
             mutations=tuple(raw.get("mutate", ())),
             reseal=raw.get("reseal", True),
@@ -174,7 +176,10 @@ class TransferCase(Case):
             chunk = held if tamper.chunk is None else tamper.chunk
             if chunk >= n_chunks:
                 raise CaseDataError(f"tamper chunk {chunk}: the prompt has {n_chunks} chunks")
-            if chunk < held and (tamper.mutations or tamper.payload_blocks is not None):
+            if tamper.resend and chunk >= held:
+                raise CaseDataError(f"resend: chunk {chunk} is not held, it carries its payload")
+            payload_tampered = tamper.mutations or tamper.payload_blocks is not None
+            if chunk < held and payload_tampered and not tamper.resend:
                 raise CaseDataError(f"chunk {chunk} is held: it carries no payload to tamper")
             if tamper.payload_blocks is not None and chunk + tamper.payload_blocks > n_chunks:
                 raise CaseDataError(
@@ -306,7 +311,7 @@ class TransferCase(Case):
         assert tamper.chunk is not None
         index = tamper.chunk
         chunk = chunks[index]
-        payload = chunk.payload
+        payload = prompt.payloads[index] if tamper.resend else chunk.payload
         if tamper.payload_blocks is not None:
             blocks = prompt.blocks[index : index + tamper.payload_blocks]
             payload = oracle.encode(prompt.geometry, blocks, self.version)
