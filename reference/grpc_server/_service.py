@@ -75,7 +75,8 @@ class KvTransferServer:
         self._pool = backend.Pool(*geometry, capacity)
         # A prefix cache (--dedup): a payload for a hash already held is read in full in a
         # pool of one block of its own, then the held block is shared instead of stored twice.
-        self._scratch = backend.Pool(*geometry, 1) if dedup else None
+        self._dedup = dedup
+        self._scratch = backend.Pool(*geometry, 1)
         self.geometry = geometry
         self.read_versions = read_versions
         # PullKv writes what the server reads, as far as the backend writes it.
@@ -159,7 +160,7 @@ class KvTransferServer:
         self._check_payload(chunk, payload, where)
         if self._fault == "state-dependent":  # a deliberately wrong server, for self-tests
             self._refuse_second_sending(payload, where)
-        held = self._find(chunk.block_hash) if self._scratch is not None else None
+        held = self._find(chunk.block_hash) if self._dedup else None
         if held is not None:
             self._validate(payload, where)
             self._extra_refs[held] = self._extra_refs.get(held, 0) + 1
@@ -187,7 +188,6 @@ class KvTransferServer:
     def _validate(self, payload: bytes, where: str) -> None:
         """Every reader rule on a payload the server will not store (its hash is held): the
         scratch pool imports it and lets it go, so a bad payload is refused as if it were new."""
-        assert self._scratch is not None
         for block in self._import(self._scratch, payload, where):
             self._scratch.release(block)
 
