@@ -419,11 +419,13 @@ class _Run:
             ) from None
         size = self.prompt.geometry.envelope_size(1, self.prompt.version)
         got = (counts.blocks_stored, counts.blocks_reused, counts.payload_bytes)
-        if got != (n_blocks, 0, n_blocks * size):
+        expected = (n_blocks, 0, n_blocks * size)
+        if got != expected:
             raise CaseFailure(
                 f"the earlier prompt of {n_blocks} new blocks: blocks_stored {got[0]}, "
                 f"blocks_reused {got[1]}, payload_bytes {got[2]}; expected {n_blocks}, 0, "
-                f"{n_blocks * size}"
+                f"{n_blocks * size}",
+                _count_mistake(got, expected, size, False),
             )
 
     def expect_held(self, expected: list[bool], when: str) -> None:
