@@ -14,7 +14,6 @@ pair's cell. With one --impl there is nothing to cross: one skip says so.
 
 from __future__ import annotations
 
-import secrets
 import zlib
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,7 @@ from tlkv_conformance.checks import (
 )
 from tlkv_conformance.diagnosis import RefusalEvidence
 from tlkv_conformance.errors import NotObservable, Refused
+from tlkv_conformance.exprs import BuildTarget
 
 if TYPE_CHECKING:  # imported plainly, pytest would try to collect the class Testee
     from tlkv_conformance.testee import Testee
@@ -51,7 +51,6 @@ V1_SPECIALS = (0x8000, 0x0001, 0x7BFF, 0xFC00, 0x7E55, 0xFE01)
 NAN_BITS_REQS = ("NAN-SIGN", "V1-F16-NAN-PAYLOAD")
 ONE_IMPL = "the cross-implementation matrix needs two or more --impl values"
 PARAMS = ("producer", "consumer", "version", "block_set")
-RUN_NONCE = secrets.randbits(31)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -99,10 +98,11 @@ def _block_specs(
     geometry: oracle.Geometry, version: int, block_set: str, seed: int
 ) -> list[dict[str, Any]]:
     """Random f16-representable values (v1: with specials), the same on every run; tokens
-    unique to the test and the run, so that a server's registry (which outlives a run) never
-    hands one test the blocks of another."""
+    unique to the test (the run's hash salt makes its hashes the run's own: test_matrix), so
+    that a server's registry (which outlives a run) never hands one test the blocks of
+    another."""
     b = geometry.block_tokens
-    tokens = seed ^ RUN_NONCE
+    tokens = seed
 
     def values(salt: int) -> dict[str, Any]:
         recipe: dict[str, Any] = {"pcg64": {"seed": seed + salt, "low": -8.0, "high": 8.0}}
@@ -204,7 +204,9 @@ def _cross(producer: Testee, consumer: Testee, version: int, block_set: str, nan
     _skip_unless_able(producer, consumer, version)
     geometry = _geometry(producer, consumer)
     seed = zlib.crc32(f"{block_set} v{version} {producer.label} {consumer.label}".encode())
-    plans = plan_blocks(geometry, _block_specs(geometry, version, block_set, seed))
+    # Against a server (its blocks outlive the run) the hash chain starts from the run's salt.
+    chain = max(t.build_target(BuildTarget(geometry)).salt for t in (producer, consumer))
+    plans = plan_blocks(geometry, _block_specs(geometry, version, block_set, seed), chain=chain)
     blocks = [plan.as_oracle_block() for plan in plans]
     with calls_to_testee(f"producer {producer.label}"):
         envelopes = _export(producer, geometry, blocks, version)

@@ -26,7 +26,7 @@ from .diagnosis import (
     ValuesEvidence,
 )
 from .diff import E4M3_NAN, ValueSource, envelope_diff, nan_tolerated, values_diff
-from .errors import ImplementationFault, NotObservable, Quarantined, Refused
+from .errors import ImplementationFault, NotObservable, Quarantined, Refused, WrongCount
 
 T = TypeVar("T")
 __all__ = [
@@ -101,6 +101,12 @@ def calls_to_testee(who: str = "") -> Iterator[None]:
             f"{prefix}unexpected refusal: {refusal}",
             RefusalEvidence(frozenset(), frozenset(), refusal.code),
         ) from None
+    except WrongCount as exc:
+        raise CaseFailure(f"{prefix}{exc}", KnownMistake(*WRONG_COUNT, exc.reqs)) from None
+
+
+# A count the transfer fixes answered wrongly: the cause the diagnosis names (not a fault).
+WRONG_COUNT = ("xfer-counts", "PushKv counts wrongly what it stored and reused")
 
 
 def refused_with(

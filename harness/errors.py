@@ -24,6 +24,15 @@ class ImplementationFault(Exception):
     """
 
 
+class WrongCount(Exception):
+    """The implementation answered, in protocol, with a count the contract fixes wrongly (PushKv's
+    blocks_stored + blocks_reused for the chunks it took): a failed check of `reqs`, not a fault."""
+
+    def __init__(self, message: str, reqs: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.reqs = reqs
+
+
 class Quarantined(ImplementationFault):
     """A call not made: the implementation faulted in it too often before (docs/ctypes.md)."""
 

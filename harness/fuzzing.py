@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import itertools
 import json
 import time
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from .cases import build_generated_case
-from .checks import calls_to_testee
+from .checks import CaseFailure, calls_to_testee
 from .diagnosis import FaultEvidence
 from .errors import Quarantined
 from .exprs import BuildTarget
@@ -25,6 +26,10 @@ from .testee import Testee
 SERVER_EXAMPLES = 20  # examples a property runs against a server, whose blocks stay
 FULL_EXAMPLES_UP_TO = 1 << 18  # block elements up to which a property runs every example
 MIN_EXAMPLES = 12
+# Every try of a drawn spec (a replay too) is built with a salt of its own: against a server,
+# whose blocks stay, it pushes hashes no earlier try pushed, so it meets no state one left.
+_TRIES = itertools.count(1)
+STATE_DEPENDENT = "answered this input differently the second time: state-dependent"
 
 
 def examples_for(testee: Testee) -> int:
@@ -84,10 +89,12 @@ class FuzzRecorder:
     last: dict[str, Any] | None = field(default=None, repr=False)
     cut_short: bool = field(default=False, repr=False)
     unobservable: set[str] = field(default_factory=set, repr=False)  # why examples were rejected
+    state_dependent: CaseFailure | None = field(default=None, repr=False)
     _failed: bool = field(default=False, repr=False)
     _settled: bool = field(default=False, repr=False)  # failing whatever the example
     _ran: int = field(default=0, repr=False)
     _failures: dict[str, Exception] = field(default_factory=dict, repr=False)
+    _passed: set[str] = field(default_factory=set, repr=False)  # specs tried that passed
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # Hypothesis shows a failing example's arguments, this fixture among them.
@@ -105,31 +112,79 @@ class FuzzRecorder:
         self._ran += 1
         if self._ran > examples_for(testee) and not self._failed:
             return  # enough examples at this geometry: the rest pass untried
-        unobservable = None
         try:
-            # The strategies draw only specs the schema admits: no validation per example.
-            target = testee.build_target(BuildTarget())
-            for case in build_generated_case(spec, self.root, target=target, validate=False):
-                unobservable = case.skip_reason(testee)
-                if unobservable is not None:
-                    break
-                try:
-                    with calls_to_testee():
-                        case.run(testee)
-                except pytest.skip.Exception as skipped:
-                    unobservable = str(skipped.msg)
-                    break
+            unobservable = self._try(spec, testee)
         except Exception as exc:
+            first_failure = not self._failed
             self._failed = True
             self.budget.start()
             # A quarantined call fails whatever the example (docs/ctypes.md): nothing to shrink.
             self._settled = self._settled or _call_not_made(exc)
+            if key in self._passed:
+                exc = self._differed("passed", exc, testee)
+            elif first_failure and not isinstance(getattr(exc, "evidence", None), FaultEvidence):
+                exc = self._replayed(spec, testee, exc)
             self._failures[key] = exc
-            raise
-        if unobservable is not None:
+            raise exc from None
+        if unobservable is None:
+            self._passed.add(key)
+        else:
             # This example cannot be observed through this way in; others may be.
             self.unobservable.add(unobservable)
             hypothesis.reject()
+
+    def _try(self, spec: dict[str, Any], testee: Testee) -> str | None:
+        """Run the spec's cases; why it cannot be observed this way, or None when it ran."""
+        # The strategies draw only specs the schema admits: no validation per example.
+        target = testee.build_target(BuildTarget()).salted(f"fuzz try {next(_TRIES)}")
+        for case in build_generated_case(spec, self.root, target=target, validate=False):
+            unobservable = case.skip_reason(testee)
+            if unobservable is not None:
+                return unobservable
+            try:
+                with calls_to_testee():
+                    case.run(testee)
+            except pytest.skip.Exception as skipped:
+                return str(skipped.msg)
+        return None
+
+    def _replayed(self, spec: dict[str, Any], testee: Testee, failure: Exception) -> Exception:
+        """The first failure of a test, tried once more (with fresh hashes) before anything is
+        shrunk: a failure that does not come again is the testee's state, not the input's, and
+        is reported as such rather than as hypothesis's flaky replay. (Crashes and hangs are
+        not tried again: they are faults whatever comes of a second try.)"""
+        try:
+            unobservable = self._try(spec, testee)
+        except Exception:
+            return failure
+        second = "passed" if unobservable is None else f"not observable: {unobservable}"
+        return self._differed(failure, second, testee)
+
+    def _differed(self, first: object, second: object, testee: Testee) -> CaseFailure:
+        """The failure of an input the testee answered one way, then another (its hashes were
+        fresh both times): in plain words, with both answers."""
+        who = "server" if testee.adapter.keeps_blocks else "implementation"
+        failure = CaseFailure(
+            f"the {who} {STATE_DEPENDENT}\n  first answer: {_answer(first)}\n"
+            f"  second answer: {_answer(second)}",
+            getattr(second, "evidence", None) or getattr(first, "evidence", None),
+        )
+        self.state_dependent = self.state_dependent or failure
+        self._settled = True  # what the testee answers next says nothing of the example
+        return failure
+
+    def flaky(self, error: BaseException, testee: Testee) -> CaseFailure:
+        """What hypothesis found unreliable (an example failing once and passing when replayed,
+        or the other way round), as the testee's state-dependent answer."""
+        if self.state_dependent is not None:
+            return self.state_dependent
+        inner = getattr(error, "exceptions", ())
+        return self._differed(inner[0] if inner else error, "passed", testee)
+
+
+def _answer(answer: object) -> str:
+    text = str(answer).strip()
+    return text.splitlines()[0] if text else type(answer).__name__
 
 
 def _call_not_made(failure: Exception) -> bool:

@@ -6,6 +6,7 @@ and recorded in the report, so a run can be repeated from its report alone).
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,15 @@ FUZZ_SHRINK = Option(
     None,
     "3",
 )
+HASH_SALT = Option(
+    "--hash-salt",
+    "tlkv_hash_salt",
+    "the salt of the block hashes a run pushes to an implementation that keeps blocks (a gRPC "
+    "server), e.g. 0x1f2e3d4c5b6a7988: by default a random one per run, so that no block an "
+    "earlier run left is met; the report states it, give a failed run's to replay it",
+    None,
+    "",
+)
 RUN_DEADLINE = Option(
     "--run-deadline",
     "tlkv_run_deadline",
@@ -204,6 +214,7 @@ OPTIONS = (
     WRITE_REGRESSIONS,
     FUZZ_SEED,
     FUZZ_SHRINK,
+    HASH_SALT,
     RUN_DEADLINE,
 )
 
@@ -261,6 +272,7 @@ class RunSettings:
     fuzz_shrink_seconds: float
     run_deadline: float | None
     report: Path | None
+    hash_salt: int  # never 0: unsalted hashes are the corpus's own
 
     @classmethod
     def read(cls, config: pytest.Config) -> RunSettings:
@@ -293,6 +305,7 @@ class RunSettings:
             fuzz_shrink_seconds=shrink,
             run_deadline=deadline,
             report=report_base(config),
+            hash_salt=_hash_salt(config),
         )
 
     def describe(self) -> str:
@@ -302,13 +315,36 @@ class RunSettings:
             + (" (not a gate: a testee can end the run)" if self.isolation == "inprocess" else "")
             + f", call timeout {self.call_timeout:g} s, worker memory "
             f"{self.worker_memory_mib or 'unlimited'} MiB, sanitizer runtime "
-            f"{self.sanitizer_runtime}, run deadline {deadline}"
+            f"{self.sanitizer_runtime}, run deadline {deadline}, hash salt {self.salt_text}"
         )
+
+    @property
+    def salt_text(self) -> str:
+        """The hash salt as --hash-salt takes it."""
+        return f"{self.hash_salt:#018x}"
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["report"] = str(self.report) if self.report else None
+        data["hash_salt"] = self.salt_text
         return data
+
+
+def _hash_salt(config: pytest.Config) -> int:
+    """The run's hash salt: the one the xdist controller chose for its workers, else the
+    option's, else a fresh random one (odd: never 0)."""
+    text = getattr(config, "workerinput", {}).get(HASH_SALT.ini) or value(config, HASH_SALT)
+    if not text:
+        return secrets.randbits(64) | 1
+    try:
+        salt = int(str(text), 0)
+    except ValueError:
+        salt = 0
+    if not 0 < salt < 1 << 64:
+        raise SuiteUsageError(
+            f"{HASH_SALT.flag} {text!r}: expected a non-zero 64-bit number, e.g. 0x1f2e3d4c5b6a7988"
+        )
+    return salt
 
 
 def strict_should(config: pytest.Config) -> bool:

@@ -127,6 +127,14 @@ def pytest_configure(config: pytest.Config) -> None:
 PROFILE = pytest.StashKey[str]()
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Every xdist worker builds its cases with the run's one hash salt, the one the report
+    states (a case runs in one worker, and its file and id keep it apart from the others)."""
+    if is_active(node.config):
+        node.workerinput[options.HASH_SALT.ini] = settings_of(node.config).salt_text
+
+
 def _recorded_settings(config: pytest.Config, run: options.RunSettings) -> dict[str, Any]:
     """What the report records to repeat the run: options, fuzzing, the implementations."""
     return {
@@ -227,7 +235,7 @@ def _open_testees(config: pytest.Config, run: options.RunSettings) -> list[Teste
                 raise SuiteUsageError(
                     f"--impl {spec.label}: describing itself failed: {exc}{hint}"
                 ) from None
-            testees.append(Testee(spec, adapter, info, run.v2_level))
+            testees.append(Testee(spec, adapter, info, run.v2_level, run.hash_salt))
     except BaseException:
         for testee in testees:
             testee.adapter.close()
@@ -465,13 +473,29 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    """A property test none of whose examples this way in can observe is skipped, with why."""
+    """A property test none of whose examples this way in can observe is skipped, with why;
+    one whose testee answered an example differently when it was replayed fails saying so, in
+    plain words and with both answers (not hypothesis's Flaky traceback)."""
     try:
         return (yield)
     except hypothesis.errors.Unsatisfiable:
         recorder = getattr(item, "funcargs", {}).get("fuzz_case")
         if isinstance(recorder, FuzzRecorder) and recorder.unobservable:
             not_applicable("; ".join(sorted(recorder.unobservable)[:3]))
+        raise
+    except (hypothesis.errors.FlakyFailure, hypothesis.errors.FlakyReplay) as flaky:
+        recorder = getattr(item, "funcargs", {}).get("fuzz_case")
+        testee = getattr(item, "funcargs", {}).get("testee")
+        if isinstance(recorder, FuzzRecorder) and isinstance(testee, Testee):
+            raise recorder.flaky(flaky, testee) from None
+        raise
+    except Exception as error:
+        # Several distinct failures (an exception group), one of them the testee's state
+        # showing: the others may be its consequences, so that is the one reported.
+        recorder = getattr(item, "funcargs", {}).get("fuzz_case")
+        several = isinstance(getattr(error, "exceptions", None), tuple)
+        if several and isinstance(recorder, FuzzRecorder) and recorder.state_dependent:
+            raise recorder.state_dependent from None
         raise
 
 

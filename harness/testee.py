@@ -4,7 +4,6 @@ the run's settings that change what a case expects."""
 from __future__ import annotations
 
 import hashlib
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,10 +11,6 @@ from .adapters import GRPC_STATUS_OF, Adapter, ImplInfo, ImplSpec
 from .exprs import BuildTarget
 from .oracle import Geometry
 from .report import Impl
-
-# The hash chain of this process's cases starts here against an implementation that keeps
-# blocks from earlier runs (a long-lived server): their hashes are new to it.
-RUN_SALT = secrets.randbits(64) | 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,6 +21,10 @@ class Testee:
     adapter: Adapter
     info: ImplInfo
     v2_level: str = "strict"  # or "tolerant": e4m3 codes within one finite step
+    # The run's salt (--hash-salt): against an implementation that keeps blocks from earlier
+    # runs (a long-lived server), the hash chains of the cases start from it, mixed with each
+    # case's file and id, so their hashes are new to it.
+    hash_salt: int = 0
 
     @property
     def label(self) -> str:
@@ -50,7 +49,8 @@ class Testee:
         the case file's), and for one that keeps blocks across runs (a server) this run's
         salt, so that its blocks are this run's own."""
         return BuildTarget(
-            self.geometry or default.geometry, RUN_SALT if self.adapter.keeps_blocks else 0
+            self.geometry or default.geometry,
+            self.hash_salt if self.adapter.keeps_blocks else 0,
         )
 
     @property

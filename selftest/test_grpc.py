@@ -8,6 +8,7 @@ skipped.
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,10 +18,14 @@ import numpy as np
 import pytest
 from tlkv_conformance import oracle
 from tlkv_conformance.adapters import AdapterSettings, parse_impl
-from tlkv_conformance.adapters._grpc import Chunk, GrpcAdapter
+from tlkv_conformance.adapters._grpc import Chunk, GrpcAdapter, PushCounts
 from tlkv_conformance.cases import RejectCase, load_case_file
-from tlkv_conformance.cases.kinds import TransferCase
-from tlkv_conformance.errors import NotObservable, Refused, SuiteUsageError
+from tlkv_conformance.cases.kinds import ImportCase, TransferCase
+from tlkv_conformance.cases.kinds._base import record_hashes
+from tlkv_conformance.checks import CaseFailure, calls_to_testee
+from tlkv_conformance.diagnosis import CountEvidence, attribute
+from tlkv_conformance.errors import NotObservable, Refused, SuiteUsageError, WrongCount
+from tlkv_conformance.exprs import BuildTarget
 from tlkv_conformance.gate import EXIT_NOT_SHOWN
 
 from selftest.support import Server, pool_flags, start_reference_server
@@ -94,6 +99,65 @@ def test_suite_passes_against_the_reference_server(grpc_server, run_suite, geome
     for case in _transfer_cases():
         if case.geometry is None and not case.v1_only:
             assert run.outcomes.get(_transfer_node(case.id)) == "passed", case.id
+
+
+def test_prefix_cache_server_passes_two_runs_in_a_row(grpc_server, run_suite, tmp_path):
+    """A decode server that is a prefix cache (--dedup: a payload for a hash it holds is read
+    in full, then the held block is shared and counted in blocks_reused) passes the whole
+    suite twice in a row on one server: each run, each case and each fuzzing try pushes hashes
+    of its own, and what reads the counts or the free blocks accepts a shared payload
+    (docs/decisions.md). (selftest/test_geometry.py runs one at 16x16x8x64.)"""
+    server = grpc_server("--dedup")
+    salts = []
+    for attempt in ("first", "second"):
+        report = tmp_path / attempt
+        run = run_suite(f"--impl={server.impl}", f"--conformance-report={report}")
+        _assert_clean(run, f"the {attempt} run against a prefix-cache server")
+        assert run.outcomes[_transfer_node("held-block-payload-checked")] == "passed"
+        assert "Flaky" not in run.output
+        settings = json.loads(report.with_suffix(".json").read_text(encoding="utf-8"))["settings"]
+        salts.append(settings["hash_salt"])
+    assert salts[0] != salts[1], "each run draws a hash salt of its own"
+
+
+def test_hash_salt_replays_a_run_and_a_bad_one_is_one_line(run_suite):
+    """--hash-salt gives the hashes of the run that stated it (the same envelope bytes for the
+    same case), another salt other hashes, and each case of a file hashes of its own, even
+    from an envelope the file names once; a salt that is no 64-bit number stops the run."""
+    loaded = load_case_file(ROOT / "cases" / "reader-v1.yaml", ROOT)
+    geometry = oracle.Geometry(*READER_GEOMETRY)
+
+    def envelopes(salt: int) -> dict[str, bytes]:
+        built = loaded.cases_for(BuildTarget(geometry, salt))
+        return {c.id: c.data for c in built if isinstance(c, ImportCase)}
+
+    first, replay, other = envelopes(0x1234), envelopes(0x1234), envelopes(0x5678)
+    fills, padded = first["accept-fills-the-pool"], first["accept-non-zero-padding-of-tail"]
+    assert first == replay
+    assert fills != other["accept-fills-the-pool"]
+    # Both cases use the file's envelope three-blocks: its full blocks differ between them.
+    assert record_hashes(fills)[:2] != record_hashes(padded)[:2]
+    run = run_suite("--impl=ref", "--hash-salt=0xzz", "cases/transfer.yaml")
+    assert run.returncode == 4, run.output[-2000:]
+    lines = [line for line in run.output.splitlines() if line.strip()]
+    expected = "expected a non-zero 64-bit number, e.g. 0x1f2e3d4c5b6a7988"
+    assert lines == [f"ERROR: --hash-salt '0xzz': {expected}"], lines
+
+
+def test_state_dependent_server_is_named_in_plain_words(grpc_server, run_suite):
+    """A server that refuses a block's values the second time they come (the hidden
+    --fault=state-dependent) answers one fuzzing input differently on its next try: the
+    failure says so with both answers, never as hypothesis's FlakyFailure."""
+    server = grpc_server("--fault=state-dependent")
+    fuzz = "conformance/test_fuzz.py::test_export_equals_oracle"
+    run = run_suite(f"--impl={server.impl}", fuzz)
+    assert run.returncode == 1, run.output[-3000:]
+    (node,) = run.failed
+    message = run.messages[node]
+    assert "the server answered this input differently the second time: state-dependent" in message
+    assert "\n  first answer: " in message, message
+    assert "\n  second answer: " in message, message
+    assert "Flaky" not in run.output, run.output[-3000:]
 
 
 def test_v1_only_server_refuses_v2_with_failed_precondition(grpc_server, run_suite):
@@ -257,6 +321,47 @@ def test_pool_full_is_resource_exhausted_and_the_stream_is_undone(grpc_server):
         assert refusal.value.code == "RESOURCE_EXHAUSTED"
         assert adapter.has_blocks([b.block_hash for b in blocks]) == [True, False, False]
         assert adapter.server_info().free_blocks == 1
+
+
+def test_prefix_cache_reads_a_held_payload_in_full_then_shares_it(grpc_server):
+    """--dedup: a payload for a held hash is counted in blocks_reused and payload_bytes and
+    takes no block; one breaking a reader rule is refused as if the hash were new. A case's
+    pool counts the shared payload as a block of its own, as a fresh pool would."""
+    server = grpc_server("--dedup")
+    with _adapter(server) as adapter:
+        geometry = adapter.geometry
+        block = oracle.Block(oracle.block_hash(0, [7] * 4), 4, np.ones(geometry.values_shape))
+        payload = oracle.encode(geometry, [block], 1)
+        chunk = Chunk.of_payload(0, 1, block.block_hash, payload)
+        assert adapter.push([chunk]) == PushCounts(1, 0, len(payload))
+        free = adapter.server_info().free_blocks
+        assert adapter.push([chunk]) == PushCounts(0, 1, len(payload))
+        assert adapter.server_info().free_blocks == free
+        bad = oracle.seal(payload[: oracle.HEADER_SIZE + 8] + b"\0\0\0\0" + payload[40:-4])
+        with pytest.raises(Refused) as refusal:
+            adapter.push([Chunk.of_payload(0, 1, block.block_hash, bad)])
+        assert refusal.value.code == "DATA_LOSS"
+        assert adapter.has_blocks([block.block_hash]) == [True]
+        with adapter.open_pool(geometry, 4) as pool:
+            first = pool.write(block.block_hash, 4, block.values)
+            again = pool.import_envelope(payload, 4)
+            assert len({first, *again}) == 2
+            assert pool.free_blocks() == 2
+
+
+def test_a_wrong_count_is_its_own_cause_not_a_fault():
+    """A PushKv count that breaks blocks_stored + blocks_reused = chunks, and a free count that
+    moves by another number than the blocks allocated, are diagnosed as such: not as a crash
+    or hang (which "implementation fault" is kept for)."""
+    with pytest.raises(CaseFailure) as failure, calls_to_testee():
+        raise WrongCount("PushKv of 3 payloads answered blocks_stored 1", ("XFER-COUNTS",))
+    counted = attribute(failure.value.evidence, ("READ-ACCEPT",))
+    assert getattr(counted.cause, "id", None) == "xfer-counts"
+    assert counted.blamed == ("XFER-COUNTS",)
+    assert "implementation fault" not in str(failure.value)
+    freed = attribute(CountEvidence(0, 3, released=False), ("READ-ACCEPT", "IMPORT-ENOMEM"))
+    assert getattr(freed.cause, "id", None) == "free-count"
+    assert freed.blamed == ("READ-ACCEPT",)
 
 
 def test_chunks_come_in_order(grpc_server):

@@ -25,7 +25,7 @@ import grpc
 import numpy as np
 
 from .. import oracle
-from ..errors import ImplementationFault, NotObservable, Refused, SuiteUsageError
+from ..errors import ImplementationFault, NotObservable, Refused, SuiteUsageError, WrongCount
 from ..grpc_stubs import kv_pb2, kv_pb2_grpc
 from ._base import Adapter, Capability, ImplInfo, PoolHandle, ReadBack
 from ._spec import SHARED_OPTION, ImplSpec
@@ -401,8 +401,11 @@ class GrpcAdapter(Adapter):
 
     # -- bookkeeping shared by every pool handle (the server's pool outlives them) ---------------
 
-    def _store(self, blocks: Sequence[tuple[int, bytes, int]]) -> list[int]:
-        """Push one-block envelopes (hash, payload, version) as one stream; their new ids."""
+    def _store(self, blocks: Sequence[tuple[int, bytes, int]]) -> tuple[list[int], int]:
+        """Push one-block envelopes (hash, payload, version) as one stream; their new ids, and
+        how many of them the server shared with a block it held (docs/decisions.md: a payload
+        for a held hash may be stored or shared, so blocks_stored + blocks_reused is what a
+        stream of payloads fixes)."""
         new = [h for h, _, _ in blocks if h and h not in self._pushed]
         if new:
             self._held_before.update(
@@ -414,9 +417,11 @@ class GrpcAdapter(Adapter):
             for index, (block_hash, payload, version) in enumerate(blocks)
         ]
         counts = self.push(chunks)
-        if counts.blocks_stored != len(blocks):
-            raise ImplementationFault(
-                f"PushKv of {len(blocks)} payloads answered blocks_stored {counts.blocks_stored}"
+        if counts.blocks_stored + counts.blocks_reused != len(blocks):
+            raise WrongCount(
+                f"PushKv of {len(blocks)} payloads answered blocks_stored {counts.blocks_stored}, "
+                f"blocks_reused {counts.blocks_reused}: their sum is the stream's chunks",
+                ("XFER-COUNTS",),
             )
         ids = []
         for block_hash, payload, version in blocks:
@@ -424,7 +429,7 @@ class GrpcAdapter(Adapter):
             if block_hash:
                 self._pushed.setdefault(block_hash, set()).add(content)
             ids.append(self._new_id(_Known(block_hash, content)))
-        return ids
+        return ids, counts.blocks_reused
 
     def _new_id(self, known: _Known) -> int:
         self._blocks.append(known)
@@ -490,8 +495,9 @@ class GrpcPool(PoolHandle):
             # (checked as it stores it), not for the capacity it declares.
             self._free_at_open = adapter.server_info().free_blocks
         self._written: dict[int, int] = {}  # hash -> the first id this pool wrote with it
-        # Preloaded blocks the server was not sent (reused or unreachable): in the case's view
-        # of the pool they occupy a block all the same.
+        # Blocks the server's free count does not show: preloaded blocks it was not sent
+        # (reused or unreachable), and payloads it shared with a block it held (a prefix
+        # cache). In the case's view of the pool each occupies a block all the same.
         self._unsent = 0
         self._stored = 0  # blocks this pool stored on the server (its view of a shared pool)
         self._seen_unheld: set[int] = set()  # hashes HasBlocks said were not held, in this pool
@@ -545,8 +551,7 @@ class GrpcPool(PoolHandle):
         block = oracle.Block(block_hash, n_tokens, np.asarray(values, dtype=np.float32))
         payload = oracle.encode(self.geometry, [block], 1)
         self._adapter.fits(payload, f"write(hash {block_hash:#x})")
-        ids = self._remember(self._adapter._store([(block_hash, payload, 1)]))
-        self._stored += 1
+        ids = self._remember(self._stored_here([(block_hash, payload, 1)]))
         return ids[0]
 
     def write_preload(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int:
@@ -662,8 +667,14 @@ class GrpcPool(PoolHandle):
             payload = oracle.seal(body)
             adapter.fits(payload, "import")
             singles.append((record.block_hash, payload, envelope.version))
-        ids = self._remember(adapter._store(singles))
-        self._stored += len(ids)
+        return self._remember(self._stored_here(singles))
+
+    def _stored_here(self, blocks: Sequence[tuple[int, bytes, int]]) -> list[int]:
+        """Push blocks for this pool; a payload the server shared with a held block occupies
+        a block of the case's pool all the same (a fresh pool would have allocated one)."""
+        ids, shared = self._adapter._store(blocks)
+        self._stored += len(ids) - shared
+        self._unsent += shared
         return ids
 
     def _push_as_is(self, data: bytes, rejected: oracle.Rejected) -> list[int]:

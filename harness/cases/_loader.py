@@ -198,8 +198,11 @@ def _build_case(raw: Mapping[str, Any], ctx: FileContext) -> list[Case]:
         "doc": raw.get("doc", ""),
         "origin": ctx.origin(raw),
     }
-    # ... and each case its own, for the blocks it states itself.
-    ctx = dataclasses.replace(ctx, target=ctx.target.salted(str(raw["id"])))
+    # ... and each case its own, for the blocks it states itself and the file's envelopes it
+    # uses: a case that needs new blocks (filling a pool, counting free blocks) never meets
+    # those an earlier case pushed, however the server shares what it holds.
+    target = ctx.target.salted(str(raw["id"]))
+    ctx = dataclasses.replace(ctx, target=target, resolver=ctx.resolver.for_target(target))
     return KINDS[raw["kind"]].build(raw, common, ctx)
 
 

@@ -130,6 +130,12 @@ class EnvelopeResolver:
         self._golden_roots = [p.resolve() for p in (root / "parity", *golden_roots)]
         self._cache: dict[str, BuiltEnvelope] = {}
 
+    def for_target(self, target: BuildTarget) -> EnvelopeResolver:
+        """The same envelopes built for `target` (another salt: hashes of their own)."""
+        if target == self.target:
+            return self
+        return EnvelopeResolver(self._named, self._root, self._golden_roots[1:], target)
+
     def resolve(self, raw: Any) -> BuiltEnvelope:
         if isinstance(raw, str):
             if raw not in self._named:

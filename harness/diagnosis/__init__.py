@@ -73,7 +73,7 @@ def attribute(evidence: Evidence | None, cited: Sequence[str]) -> Attribution:
     if evidence is None:
         return Attribution(blamed=tuple(cited), note="no evidence recorded")
     try:
-        causes, fields, symptom = _analyse(evidence)
+        causes, fields, symptom = _analyse(evidence, cited)
     except Exception as exc:  # a diagnosis must never hide the failure itself
         return Attribution(blamed=tuple(cited), note=f"diagnosis failed: {exc!r}")
     if causes:
@@ -85,7 +85,7 @@ def attribute(evidence: Evidence | None, cited: Sequence[str]) -> Attribution:
     return Attribution(tuple(causes), blamed, symptom)
 
 
-def _analyse(evidence: Evidence) -> tuple[list[Cause], set[str], str]:
+def _analyse(evidence: Evidence, cited: Sequence[str]) -> tuple[list[Cause], set[str], str]:
     if isinstance(evidence, HashEvidence):
         causes = hash_causes(evidence.parent, evidence.tokens, evidence.expected, evidence.actual)
         return causes, {"HASH-INPUT", "HASH-CHAIN", "HASH-FNV", "HASH-ZERO"}, ""
@@ -119,7 +119,15 @@ def _analyse(evidence: Evidence) -> tuple[list[Cause], set[str], str]:
         return [cause], set(evidence.reqs), ""
     if isinstance(evidence, CountEvidence):
         if not evidence.released:  # a write or an import allocated another number
-            return [], {"POOL-WRITE-READ", "READ-ACCEPT", "POOL-REFS"}, ""
+            counted = ("POOL-REFS", "POOL-WRITE-READ", "READ-ACCEPT")
+            reqs = tuple(r for r in cited if r in counted) or counted
+            cause = Cause(
+                "free-count",
+                "the free-block count moves by another number than the blocks allocated",
+                reqs,
+                f"free blocks {evidence.actual}, {evidence.expected} due",
+            )
+            return [cause], set(reqs), ""
         causes = []
         if evidence.actual < evidence.expected:
             causes.append(

@@ -89,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_BACKEND,
         help=f"py:MODULE with the Python testee protocol (default {DEFAULT_BACKEND})",
     )
+    parser.add_argument(
+        "--dedup",
+        action="store_true",
+        help="a prefix cache: a payload for a hash already held is checked by every reader rule, "
+        "then the held block is shared (counted in blocks_reused) instead of stored again",
+    )
     # A deliberately wrong server for the suite's own tests; not part of the interface.
     parser.add_argument("--fault", choices=FAULTS, help=argparse.SUPPRESS)
     return parser
@@ -118,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     geometry = (args.block_tokens, args.n_layers, args.n_kv_heads, args.head_dim)
     try:
-        service = KvTransferServer(backend, geometry, args.capacity, reads, args.fault)
+        service = KvTransferServer(
+            backend, geometry, args.capacity, reads, args.fault, dedup=args.dedup
+        )
     except backend.KvError as exc:
         parser.error(f"the backend refuses a pool of {geometry} x {args.capacity}: {exc}")
     server = grpc.server(

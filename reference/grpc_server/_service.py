@@ -36,7 +36,7 @@ _STATUS_OF_CODE = {
     "EINVAL": grpc.StatusCode.INVALID_ARGUMENT,
     "ENOTFOUND": grpc.StatusCode.NOT_FOUND,
 }
-FAULTS = ("wrong-version-status", "huge-pull")
+FAULTS = ("wrong-version-status", "huge-pull", "state-dependent")
 # What the "huge-pull" fault answers PullKv with: a first chunk of this many payload bytes, far
 # past the 4 MiB a chunk may carry, so that a client without a receive limit would take it all.
 HUGE_PULL_BYTES = 100 * 1024 * 1024
@@ -69,9 +69,14 @@ class KvTransferServer:
         capacity: int,
         read_versions: frozenset[int],
         fault: str | None = None,
+        dedup: bool = False,
     ) -> None:
         self._backend = backend
         self._pool = backend.Pool(*geometry, capacity)
+        # A prefix cache (--dedup): a payload for a hash already held is read in full in a
+        # pool of one block of its own, then the held block is shared instead of stored twice.
+        self._dedup = dedup
+        self._scratch = backend.Pool(*geometry, 1)
         self.geometry = geometry
         self.read_versions = read_versions
         # PullKv writes what the server reads, as far as the backend writes it.
@@ -81,6 +86,7 @@ class KvTransferServer:
         # References taken by empty payloads. The testee protocol has no "add a reference", and
         # tl.kv.v1 has no release, so the server counts them itself (they pin nothing more).
         self._extra_refs: dict[int, int] = {}
+        self._times_sent: dict[bytes, int] = {}  # for the "state-dependent" fault
 
     # -- the rpcs -------------------------------------------------------------------------------
 
@@ -152,13 +158,38 @@ class KvTransferServer:
             return
         payload = bytes(chunk.payload)
         self._check_payload(chunk, payload, where)
+        if self._fault == "state-dependent":  # a deliberately wrong server, for self-tests
+            self._refuse_second_sending(payload, where)
+        held = self._find(chunk.block_hash) if self._dedup else None
+        if held is not None:
+            self._validate(payload, where)
+            self._extra_refs[held] = self._extra_refs.get(held, 0) + 1
+            stream.reused.append(held)
+        else:
+            stream.stored.extend(self._import(self._pool, payload, where))
+        stream.payload_bytes += len(payload)
+
+    def _refuse_second_sending(self, payload: bytes, where: str) -> None:
+        """A server whose answer depends on what it was sent before: a block's values (its
+        record past the hash and n_tokens) refused the second time they come, whatever the
+        hash, and accepted the first and every later time."""
+        values = payload[_HEADER.size + 12 : -4]
+        times = self._times_sent[values] = self._times_sent.get(values, 0) + 1
+        if times == 2:
+            raise Refusal(grpc.StatusCode.DATA_LOSS, f"{where}: these values were sent once before")
+
+    def _import(self, pool: Any, payload: bytes, where: str) -> list[int]:
         try:
-            blocks = self._pool.import_envelope(payload, 1)
+            return pool.import_envelope(payload, 1)
         except self._backend.KvError as exc:
             status = _STATUS_OF_CODE.get(getattr(exc, "code", None), grpc.StatusCode.INTERNAL)
             raise Refusal(status, f"{where}: the envelope is refused: {exc}") from None
-        stream.stored.extend(blocks)
-        stream.payload_bytes += len(payload)
+
+    def _validate(self, payload: bytes, where: str) -> None:
+        """Every reader rule on a payload the server will not store (its hash is held): the
+        scratch pool imports it and lets it go, so a bad payload is refused as if it were new."""
+        for block in self._import(self._scratch, payload, where):
+            self._scratch.release(block)
 
     def _reuse(self, chunk: Any, where: str, stream: _Stream) -> None:
         block = self._find(chunk.block_hash)

@@ -5,9 +5,10 @@ decode server already holds (an earlier, shorter prompt transferred first), and 
 chunk to tamper with. It runs exactly as a prefill engine would: HasBlocks first, an empty
 payload for each held block, a one-block envelope for every other block including the tail.
 
-The server's pool outlives every case and cannot be cleared over tl.kv.v1, so each run draws
-fresh random tokens: the hashes are new to the server whatever ran before (the tokens and
-hashes are in every failure message). Only gRPC testees run these cases.
+The server's pool outlives every case and cannot be cleared over tl.kv.v1, so the tokens are
+drawn from the run's hash salt mixed with the case's file and id (random per run, stated in the
+report, --hash-salt replays it): the hashes are new to the server whatever ran before (the
+tokens and hashes are in every failure message). Only gRPC testees run these cases.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from ... import oracle
 from ...adapters import ReadBack
-from ...checks import CaseFailure, ValueSource, compare_readback
+from ...checks import WRONG_COUNT, CaseFailure, ValueSource, compare_readback
 from ...diagnosis import KnownMistake, PoolChangeEvidence, RefusalEvidence
 from ...errors import NotObservable, Refused
 from ...testee import Testee
@@ -39,6 +40,7 @@ class Tamper:
 
     chunk: int | None = None
     empty_payload: bool = False
+    resend: bool = False  # a held block's chunk carries its payload again
     payload_blocks: int | None = None  # carry this many blocks (from this one on) in one envelope
     mutations: tuple[Mapping[str, Any], ...] = ()
     reseal: bool = True
@@ -65,6 +67,7 @@ class Tamper:
         return cls(
             chunk=raw.get("chunk"),
             empty_payload=raw.get("empty_payload", False),
+            resend=raw.get("resend", False),
             payload_blocks=raw.get("payload_blocks"),
             mutations=tuple(raw.get("mutate", ())),
             reseal=raw.get("reseal", True),
@@ -101,10 +104,17 @@ class _Prompt:
 
 
 def _draw_prompt(
-    geometry: oracle.Geometry, version: int, full: int, tail: int, recipe: Mapping[str, Any]
+    geometry: oracle.Geometry,
+    version: int,
+    full: int,
+    tail: int,
+    recipe: Mapping[str, Any],
+    salt: int,
 ) -> _Prompt:
+    """The prompt's tokens come from `salt` (the case's, of the run's hash salt); a case built
+    unsalted (for no server) draws fresh ones."""
     b = geometry.block_tokens
-    rng = np.random.default_rng(secrets.randbits(128))
+    rng = np.random.default_rng(salt or secrets.randbits(128))
     tokens = [int(t) for t in rng.integers(0, 1 << 32, size=full * b + tail, dtype=np.uint64)]
     hashes = oracle.sequence_hashes(tokens, b)
     blocks, payloads = [], []
@@ -138,6 +148,7 @@ class TransferCase(Case):
     atomic: bool
     checks: frozenset[str]
     resolver: EnvelopeResolver
+    salt: int  # the case's hash salt: its prompt's tokens
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
@@ -165,7 +176,10 @@ class TransferCase(Case):
             chunk = held if tamper.chunk is None else tamper.chunk
             if chunk >= n_chunks:
                 raise CaseDataError(f"tamper chunk {chunk}: the prompt has {n_chunks} chunks")
-            if chunk < held and (tamper.mutations or tamper.payload_blocks is not None):
+            if tamper.resend and chunk >= held:
+                raise CaseDataError(f"resend: chunk {chunk} is not held, it carries its payload")
+            payload_tampered = tamper.mutations or tamper.payload_blocks is not None
+            if chunk < held and payload_tampered and not tamper.resend:
                 raise CaseDataError(f"chunk {chunk} is held: it carries no payload to tamper")
             if tamper.payload_blocks is not None and chunk + tamper.payload_blocks > n_chunks:
                 raise CaseDataError(
@@ -190,6 +204,7 @@ class TransferCase(Case):
                 atomic=bool(expect.get("atomic")),
                 checks=frozenset(raw.get("check", ())),
                 resolver=ctx.resolver,
+                salt=ctx.target.salt,
             )
         ]
 
@@ -232,7 +247,9 @@ class TransferCase(Case):
             raise NotObservable("this case compares content; the server does not offer PullKv")
         if "free_blocks" in self.checks and not adapter.has_info:
             raise NotObservable("this case counts free blocks; the server does not offer GetInfo")
-        prompt = _draw_prompt(geometry, self.version, self.full_blocks, self.tail, self.values)
+        prompt = _draw_prompt(
+            geometry, self.version, self.full_blocks, self.tail, self.values, self.salt
+        )
         run = _Run(adapter, prompt)
         try:
             run.expect_held([False] * len(prompt.full_hashes), "before anything was sent")
@@ -294,7 +311,7 @@ class TransferCase(Case):
         assert tamper.chunk is not None
         index = tamper.chunk
         chunk = chunks[index]
-        payload = chunk.payload
+        payload = prompt.payloads[index] if tamper.resend else chunk.payload
         if tamper.payload_blocks is not None:
             blocks = prompt.blocks[index : index + tamper.payload_blocks]
             payload = oracle.encode(prompt.geometry, blocks, self.version)
@@ -402,11 +419,13 @@ class _Run:
             ) from None
         size = self.prompt.geometry.envelope_size(1, self.prompt.version)
         got = (counts.blocks_stored, counts.blocks_reused, counts.payload_bytes)
-        if got != (n_blocks, 0, n_blocks * size):
+        expected = (n_blocks, 0, n_blocks * size)
+        if got != expected:
             raise CaseFailure(
                 f"the earlier prompt of {n_blocks} new blocks: blocks_stored {got[0]}, "
                 f"blocks_reused {got[1]}, payload_bytes {got[2]}; expected {n_blocks}, 0, "
-                f"{n_blocks * size}"
+                f"{n_blocks * size}",
+                _count_mistake(got, expected, size, False),
             )
 
     def expect_held(self, expected: list[bool], when: str) -> None:
@@ -450,7 +469,12 @@ class _Run:
             return
         bound = f"between {before - used} and {before}" if at_most and used else f"{before - used}"
         raise CaseFailure(
-            f"GetInfo says {after} free blocks after {what}, {before} before; expected {bound}"
+            f"GetInfo says {after} free blocks after {what}, {before} before; expected {bound}",
+            KnownMistake(
+                "free-count",
+                "the free-block count moves by another number than the blocks stored",
+                ("XFER-INFO",),
+            ),
         )
 
     def expect_pull_order(self) -> None:
@@ -513,7 +537,7 @@ def _count_mistake(
             f"payload_bytes {got[2]} is one {size}-byte envelope short",
         )
     reqs = ("XFER-BYTES",) if got[:2] == expected[:2] else ("XFER-COUNTS",)
-    return KnownMistake("xfer-counts", "PushKv counts wrongly what it stored and reused", reqs)
+    return KnownMistake(*WRONG_COUNT, reqs)
 
 
 def _what(chunk: Any, index: int) -> str:
