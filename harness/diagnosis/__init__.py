@@ -136,7 +136,12 @@ def _analyse(evidence: Evidence) -> tuple[list[Cause], set[str], str]:
             )
         return causes, {"POOL-REFS"}, ""
     if isinstance(evidence, FaultEvidence):
-        return [], set(), FAULT
+        known = evidence.operation_fault
+        if known is None:
+            return [], set(), FAULT
+        # Not a requirement's bytes: the operation fails whatever the case, so the blame stays
+        # on what the test cites.
+        return [Cause(known.id, known.title, (), evidence.detail.splitlines()[0])], set(), FAULT
     if isinstance(evidence, KnownMistake):
         cause = Cause(
             evidence.cause,

@@ -88,7 +88,7 @@ class ImportCase(Case):
                 ) from None
             except ImplementationFault as fault:
                 evidence = (
-                    FaultEvidence(str(fault), quarantined=True)
+                    FaultEvidence.of(fault)
                     if isinstance(fault, Quarantined)
                     else RefusalEvidence(frozenset(), frozenset(), "fault", self.data)
                 )

@@ -238,7 +238,7 @@ class RejectCase(Case):
             except ImplementationFault as fault:
                 # Not called at all (quarantined after earlier faults): a consequence of those.
                 evidence = (
-                    FaultEvidence(str(fault), quarantined=True)
+                    FaultEvidence.of(fault)
                     if isinstance(fault, Quarantined)
                     else RefusalEvidence(rules, frozenset(acceptable), "fault", self.data)
                 )
