@@ -21,6 +21,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -94,6 +95,32 @@ def assert_no_pass_claimed(base: Path) -> None:
         report = json.loads(path.read_text(encoding="utf-8"))
         assert report["gate"] != "pass"
         assert all(impl["gate"] != "pass" for impl in report["implementations"])
+
+
+@pytest.fixture(scope="session")
+def passing_seconds(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., float]:
+    """The wall time of a passing run of `args` (measured once per session and arguments):
+    what a misbehaving implementation's run is held to."""
+    from selftest.support import run_conformance
+
+    measured: dict[tuple[str, ...], float] = {}
+
+    def get(*args: str) -> float:
+        if args not in measured:
+            start = time.monotonic()
+            run = run_conformance(list(args), tmp_path_factory.mktemp("passing"), RUN_BOUND)
+            measured[args] = time.monotonic() - start
+            assert run.returncode == 0, run.output[-4000:]
+        return measured[args]
+
+    return get
+
+
+def first_cause(base: Path) -> dict:
+    """The report's first probable cause ("start here"), of a complete report with exit 1."""
+    report = assert_report(base, 1, complete=True)
+    assert report["start_here"], "the report names no probable cause"
+    return report["start_here"][0]
 
 
 def error_lines(output: str) -> list[str]:
@@ -441,6 +468,36 @@ def test_memory_hog_fails_its_cases_under_the_worker_limit(run_suite, hostile_li
     assert all(run.outcomes[n] == "passed" for n in hash_cases), run.output[-4000:]
 
 
+# What a run of pool and hash cases against the C reference and the Python reference takes
+# (the hostile ones below are held to twice that, plus one deadline).
+POOL_RUN = ("--call-timeout=2", "cases/pool.yaml", "cases/hash.yaml")
+
+
+def test_library_crashing_in_its_first_pool_gets_a_report(
+    run_suite, hostile_library, reference_library, passing_seconds, tmp_path
+):
+    """tl_kv_pool_create crashes on every call, the first made while the suite describes the
+    library: not a usage error (it loaded), but exit 1 with a report naming the function first;
+    the hash cases, which need no pool, still pass, and the run ends in bounded time."""
+    passing = passing_seconds(f"--impl=ctypes:{reference_library()}", *POOL_RUN)
+    base, report = report_option(tmp_path)
+    start = time.monotonic()
+    run = run_suite(
+        f"--impl=ctypes:{hostile_library('crash_pool_create')}",
+        report,
+        *POOL_RUN,
+        timeout=RUN_BOUND,
+    )
+    took = time.monotonic() - start
+    assert run.returncode == 1, run.output[-4000:]
+    assert first_cause(base)["id"] == "fails:tl_kv_pool_create"
+    assert "crashed with SIGSEGV in tl_kv_pool_create" in messages_in_order(run)[0]
+    hash_cases = [n for n in run.outcomes if n.startswith("cases/hash.yaml::")]
+    assert hash_cases
+    assert all(run.outcomes[n] == "passed" for n in hash_cases), run.output[-4000:]
+    assert took <= 2 * passing + 2, f"{took:.1f} s, over 2 x {passing:.1f} s + one deadline"
+
+
 # -- Python modules ---------------------------------------------------------------------------
 
 
@@ -612,6 +669,38 @@ def test_module_raising_system_exit_fails(run_suite, tmp_path, isolation):
     assert any("SystemExit" in m for m in messages_in_order(run)), run.output[-4000:]
 
 
+def test_module_hanging_in_its_first_pool_gets_a_report(run_suite, passing_seconds, tmp_path):
+    """Pool() never returns, first while the suite describes the module: exit 1 with a report
+    whose first cause is that Pool() does not answer (one deadline, one short wait, then not
+    called); the hash cases still pass."""
+    hanging = pyref_module(
+        tmp_path,
+        "hostile_hang_pool",
+        [
+            ("import struct\n", "import struct\nimport time\n"),
+            (POOL_INIT_END, POOL_INIT_END + "        time.sleep(3600)\n"),
+        ],
+    )
+    passing = passing_seconds("--impl=py:tlkv_conformance.references.pyref", *POOL_RUN)
+    base, report = report_option(tmp_path)
+    start = time.monotonic()
+    run = run_suite(
+        f"--impl={hanging}", report, *POOL_RUN, pythonpath=tmp_path / "mods", timeout=RUN_BOUND
+    )
+    took = time.monotonic() - start
+    assert run.returncode == 1, run.output[-4000:]
+    assert first_cause(base)["title"] == "Pool() does not answer"
+    messages = messages_in_order(run)
+    assert "timed out after 1 s in Pool() (the wait after an earlier hang" in messages[0]
+    assert all(
+        "not called in Pool(): it failed on each of its last 2 calls" in m for m in messages[1:]
+    )
+    hash_cases = [n for n in run.outcomes if n.startswith("cases/hash.yaml::")]
+    assert hash_cases
+    assert all(run.outcomes[n] == "passed" for n in hash_cases), run.output[-4000:]
+    assert took <= 2 * passing + 2, f"{took:.1f} s, over 2 x {passing:.1f} s + one deadline"
+
+
 # -- gRPC -------------------------------------------------------------------------------------
 
 
@@ -643,6 +732,100 @@ def test_server_answering_pull_with_100_mb_fails_in_bounded_time(
     assert run.failed
     assert_report(base, 1, complete=True)
     assert any("RESOURCE_EXHAUSTED" in m for m in messages_in_order(run)), run.output[-4000:]
+
+
+# Misbehaving servers (selftest/hostile/grpc_server.py): a short deadline keeps each run to
+# seconds; the transfer cases call every method.
+HOSTILE_SERVER = HOSTILE / "grpc_server.py"
+HOSTILE_DEADLINE = 2
+GRPC_METHODS = 4  # HasBlocks, PushKv, GetInfo, PullKv: one deadline each at most
+GRPC_RUN = (f"--call-timeout={HOSTILE_DEADLINE}", "cases/transfer.yaml")
+HOSTILE_SERVER_POOL = [*READER_GEOMETRY, "--capacity=20000"]
+
+
+@pytest.fixture(scope="session")
+def passing_grpc_seconds(passing_seconds: Callable[..., float]) -> float:
+    """The wall time of GRPC_RUN against the reference server (the hostile one's geometry)."""
+    reference = start_reference_server(HOSTILE_SERVER_POOL)
+    try:
+        return passing_seconds(f"--impl={reference.impl}", *GRPC_RUN)
+    finally:
+        reference.stop()
+
+
+def hostile_server_run(
+    fault: str, run_suite: Callable[..., SuiteRun], passing: float, base: str
+) -> SuiteRun:
+    """A run against the hostile server with `fault` (report option `base`), which must end
+    with exit 1 within 2x a passing run's time (`passing`) plus one deadline per method."""
+    server = start_reference_server(
+        [*HOSTILE_SERVER_POOL, f"--fault={fault}"], script=HOSTILE_SERVER
+    )
+    start = time.monotonic()
+    try:
+        run = run_suite(f"--impl={server.impl}", base, *GRPC_RUN, timeout=RUN_BOUND)
+    finally:
+        took = time.monotonic() - start
+        server.stop()
+    assert run.returncode == 1, run.output[-4000:]
+    bound = 2 * passing + GRPC_METHODS * HOSTILE_DEADLINE
+    assert took <= bound, f"{took:.1f} s, over 2 x {passing:.1f} s + {GRPC_METHODS} deadlines"
+    return run
+
+
+def test_stalled_push_is_quarantined_and_named_first(run_suite, passing_grpc_seconds, tmp_path):
+    """PushKv takes its stream and never answers: the first push waits the whole deadline, the
+    second the short wait after a hang, later ones are not made; the report's first cause is
+    "PushKv does not answer", and the run ends in bounded time."""
+    base, report = report_option(tmp_path)
+    run = hostile_server_run("stall-PushKv", run_suite, passing_grpc_seconds, report)
+    assert first_cause(base)["title"] == "PushKv does not answer"
+    messages = messages_in_order(run)
+    assert f"timed out after {HOSTILE_DEADLINE} s in PushKv" in messages[0], messages[0]
+    assert "timed out after 1 s in PushKv on 127.0.0.1:" in messages[1], messages[1]
+    assert "(the wait after an earlier hang" in messages[1]
+    quarantined = "not called in PushKv: it failed on each of its last 2 calls"
+    assert all(quarantined in m for m in messages[2:]), messages
+
+
+@pytest.mark.parametrize(
+    ("fault", "cause", "message"),
+    [
+        # Mid-run: PushKv's answers do not parse (quarantined after three); the server dies
+        # mid-push (one retry, then no call is made).
+        ("malformed-push-answer", "malformed-answer:PushKv", "not called in PushKv: it failed"),
+        ("die-mid-push", "connection-lost", "the connection to the server broke"),
+        # While the suite describes the server: every case fails with that reason.
+        ("stall-HasBlocks", "no-answer:HasBlocks", "describing the server failed (timed out"),
+        ("stall-GetInfo", "no-answer:GetInfo", "describing the server failed (timed out"),
+        ("stall-PullKv", "no-answer:PullKv", "describing the server failed (timed out"),
+        ("huge-empty-pull", "oversized-answer:PullKv", "Received message larger than max"),
+    ],
+)
+def test_misbehaving_server_gets_a_bounded_run_and_a_report(
+    run_suite, passing_grpc_seconds, tmp_path, fault, cause, message
+):
+    """A server that stalls a method, breaks the connection mid-push, or answers too large or
+    unparsable: exit 1 (never 4: the server was reached), a complete report whose first
+    probable cause names the method and how, in bounded time."""
+    base, report = report_option(tmp_path)
+    run = hostile_server_run(fault, run_suite, passing_grpc_seconds, report)
+    assert first_cause(base)["id"] == cause
+    messages = messages_in_order(run)
+    assert any(message in m for m in messages), messages[:3]
+
+
+def test_port_nothing_listens_on_is_one_line(run_suite, tmp_path):
+    """An address nothing listens on is what the user typed wrong: one line, exit 4, at once."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # bound, never listening: connections are refused
+        run = run_suite(f"--impl=grpc:127.0.0.1:{port}", *GRPC_RUN, timeout=QUICK_BOUND)
+    assert run.returncode == 4, run.output[-4000:]
+    errors = error_lines(run.output)
+    assert len(errors) == 1, run.output[-4000:]
+    assert "cannot reach the server (UNAVAILABLE" in errors[0]
+    assert "Traceback" not in run.output
 
 
 # -- inputs to the suite itself ---------------------------------------------------------------
