@@ -1042,3 +1042,65 @@ def test_second_run_on_the_same_report_is_refused(tmp_path):
     assert "is writing the report" in errors[0]
     assert str(base) in errors[0]
     assert "Traceback" not in output
+
+
+# -- the call ledger (harness/adapters/_quarantine.py), without a subprocess -------------------
+
+
+def test_ledger_shortens_the_wait_then_quarantines_a_hanging_operation():
+    """An operation that answered in 0.1 s and then hangs: the next wait is 4 x 0.1 s, floored at
+    1 s; a second hang in a row quarantines it. Having answered before, its hangs are the
+    inputs' (no cause of the operation's own); another operation is not affected."""
+    from tlkv_conformance.adapters._quarantine import CallLedger
+    from tlkv_conformance.errors import Quarantined
+
+    ledger = CallLedger(10.0, {"export": "tl_kv_export"})
+    ledger.answered("export", time.monotonic() - 0.1)
+    assert ledger.timeout("export") == 10.0
+    first = ledger.timed_out("export", 10.0)
+    assert str(first) == "timed out after 10 s in tl_kv_export"
+    assert first.operation_fault is None
+    assert ledger.timeout("export") == 1.0
+    second = ledger.timed_out("export", 1.0)
+    assert "(the wait after an earlier hang" in str(second)
+    with pytest.raises(Quarantined, match="not called in tl_kv_export: it failed on each of") as q:
+        ledger.timeout("export")
+    assert q.value.operation_fault is None
+    assert ledger.timeout("import") == 10.0
+
+
+def test_ledger_names_an_operation_that_never_answered():
+    """An rpc that never answered: its hang says "does not answer", and so does each call not
+    made after the second; one failing three times in a row otherwise "fails on every call"."""
+    from tlkv_conformance.adapters._quarantine import CallLedger
+    from tlkv_conformance.errors import ImplementationFault, Quarantined
+
+    ledger = CallLedger(2.0)
+    assert ledger.timed_out("PushKv", 2.0).operation_fault.title == "PushKv does not answer"
+    ledger.timed_out("PushKv", 1.0)
+    with pytest.raises(Quarantined) as not_called:
+        ledger.timeout("PushKv")
+    assert not_called.value.operation_fault.id == "no-answer:PushKv"
+    for _ in range(3):
+        ledger.faulted("pool_create", ImplementationFault("crashed with SIGSEGV"))
+    with pytest.raises(Quarantined) as crashed:
+        ledger.timeout("pool_create")
+    assert crashed.value.operation_fault.title == "pool_create fails on every call"
+
+
+def test_an_operation_fault_is_a_probable_cause_of_its_own():
+    """A fault that says what the operation does whatever the input is a cause in "start here"
+    (blamed on what the test cites); any other fault is a symptom, as before."""
+    from tlkv_conformance.diagnosis import FaultEvidence, attribute
+    from tlkv_conformance.errors import OperationFault
+
+    never = OperationFault("no-answer:PushKv", "PushKv does not answer")
+    named = attribute(FaultEvidence("timed out after 2 s in PushKv", False, never), ["XFER-TAIL"])
+    assert named.cause is not None
+    assert (named.cause.id, named.blamed) == ("no-answer:PushKv", ("XFER-TAIL",))
+    assert (
+        named.headline() == "probable cause: PushKv does not answer: timed out after 2 s in PushKv"
+    )
+    plain = attribute(FaultEvidence("crashed with SIGSEGV in tl_kv_import"), ["READ-ACCEPT"])
+    assert plain.cause is None
+    assert plain.symptom == "fault"

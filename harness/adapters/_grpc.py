@@ -487,7 +487,7 @@ class GrpcAdapter(Adapter):
         if code in unanswered and not self._connected.wait(0.2):
             return _Unreachable(f"{code.name}: {details}")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return self._ledger.timed_out(rpc, timeout, f" on {self.target} (DEADLINE_EXCEEDED)")
+            return self._ledger.timed_out(rpc, timeout, f" on {self.target}")
         if code == grpc.StatusCode.UNAVAILABLE:
             operation_fault = OperationFault(
                 "connection-lost", "the server's connection breaks and does not come back"
