@@ -120,6 +120,14 @@ class FaultEvidence:
     def of(cls, fault: ImplementationFault) -> FaultEvidence:
         return cls(str(fault), isinstance(fault, Quarantined), fault.operation_fault)
 
+    @classmethod
+    def of_operation(cls, fault: ImplementationFault) -> FaultEvidence | None:
+        """The evidence of a fault that does not depend on the input (a call not made, an
+        operation that never answers); None for one that may (a crash on this input)."""
+        if isinstance(fault, Quarantined) or fault.operation_fault is not None:
+            return cls.of(fault)
+        return None
+
 
 Evidence = (
     HashEvidence
