@@ -8,7 +8,8 @@ verdict, the report and that the run ended.
 
 The C libraries are the bundled reference with one function taken over (selftest/hostile/*.c,
 through selftest/hostile/hostile.h); the Python modules are patched copies of reference/pyref.py;
-the gRPC server is the reference server with its hidden `--fault huge-pull`.
+the gRPC servers are the reference server with its hidden `--fault huge-pull`, and
+selftest/hostile/grpc_server.py (the reference server with one rpc stalled or broken).
 
 Time bounds are generous subprocess timeouts: a run must END, and how fast it ends is the
 benchmarks' business (benchmarks/), not a test's.
