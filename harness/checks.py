@@ -26,7 +26,7 @@ from .diagnosis import (
     ValuesEvidence,
 )
 from .diff import E4M3_NAN, ValueSource, envelope_diff, nan_tolerated, values_diff
-from .errors import ImplementationFault, NotObservable, Quarantined, Refused, WrongCount
+from .errors import ImplementationFault, NotObservable, Refused, WrongCount
 
 T = TypeVar("T")
 __all__ = [
@@ -93,7 +93,7 @@ def calls_to_testee(who: str = "") -> Iterator[None]:
                 ("POOL-WRITE-COPIES",),
             )
             if CALLER_ARRAY_CHANGED in str(exc)
-            else FaultEvidence(str(exc), quarantined=isinstance(exc, Quarantined))
+            else FaultEvidence.of(exc)
         )
         raise CaseFailure(f"{prefix}implementation fault: {exc}", evidence) from None
     except Refused as refusal:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class SuiteUsageError(Exception):
     """Bad input to the suite itself (an --impl string, a case file, a profile): one line."""
@@ -17,11 +19,25 @@ class Refused(Exception):
         self.detail = detail
 
 
+@dataclass(frozen=True)
+class OperationFault:
+    """What one operation does wrong whatever the input (it never answers, its answers never
+    parse): a probable cause of its own in the report (`id`, `title`), not one of a case's data."""
+
+    id: str
+    title: str
+
+
 class ImplementationFault(Exception):
     """The implementation crashed, hung, raised something unexpected or broke the protocol.
 
-    This fails the case it happened in; the run goes on.
+    This fails the case it happened in; the run goes on. `operation_fault`: what the fault
+    says of the operation itself, when it says something whatever the input.
     """
+
+    def __init__(self, message: str, operation_fault: OperationFault | None = None) -> None:
+        super().__init__(message)
+        self.operation_fault = operation_fault
 
 
 class WrongCount(Exception):

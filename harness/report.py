@@ -713,7 +713,7 @@ class Conformance:
         tests = f"{finding.tests} failed test{'s' * (finding.tests != 1)}"
         also = f" ({len(finding.explains)} of them as a consequence)" if finding.explains else ""
         example = (finding.shown_by or finding.explains)[0]
-        return f"{cause.title} [{', '.join(cause.reqs)}]: {tests}{also}, e.g. {example}"
+        return f"{cause.title}{cause.cited()}: {tests}{also}, e.g. {example}"
 
     def _columns(self) -> list[str]:
         if any(len(label) > SHORT_LABEL for label in self.labels):

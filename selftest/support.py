@@ -172,12 +172,16 @@ def pool_flags(geometry: Sequence[int], capacity: int) -> list[str]:
 
 
 def start_reference_server(
-    args: list[str], package: str = REFERENCES, package_root: Path = ROOT
+    args: list[str],
+    package: str = REFERENCES,
+    package_root: Path = ROOT,
+    script: Path | None = None,
 ) -> Server:
     """Start the reference server of `package` (the bundled references, or a patched copy for a
-    mutant, found under `package_root`) on an OS-assigned port, and wait for the line that
-    names the port."""
-    command = [sys.executable, "-m", f"{package}.grpc_server", "--port", "0", *args]
+    mutant, found under `package_root`; or `script`, a server taking the same options) on an
+    OS-assigned port, and wait for the line that names the port."""
+    server = [str(script)] if script is not None else ["-m", f"{package}.grpc_server"]
+    command = [sys.executable, *server, "--port", "0", *args]
     # `python -m` looks in the working directory first, so that is where the package is chosen.
     process = subprocess.Popen(
         command, cwd=package_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -8,7 +8,8 @@ verdict, the report and that the run ended.
 
 The C libraries are the bundled reference with one function taken over (selftest/hostile/*.c,
 through selftest/hostile/hostile.h); the Python modules are patched copies of reference/pyref.py;
-the gRPC server is the reference server with its hidden `--fault huge-pull`.
+the gRPC servers are the reference server with its hidden `--fault huge-pull`, and
+selftest/hostile/grpc_server.py (the reference server with one rpc stalled or broken).
 
 Time bounds are generous subprocess timeouts: a run must END, and how fast it ends is the
 benchmarks' business (benchmarks/), not a test's.
@@ -94,6 +95,32 @@ def assert_no_pass_claimed(base: Path) -> None:
         report = json.loads(path.read_text(encoding="utf-8"))
         assert report["gate"] != "pass"
         assert all(impl["gate"] != "pass" for impl in report["implementations"])
+
+
+@pytest.fixture(scope="session")
+def passing_seconds(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., float]:
+    """The wall time of a passing run of `args` (measured once per session and arguments):
+    what a misbehaving implementation's run is held to."""
+    from selftest.support import run_conformance
+
+    measured: dict[tuple[str, ...], float] = {}
+
+    def get(*args: str) -> float:
+        if args not in measured:
+            start = time.monotonic()
+            run = run_conformance(list(args), tmp_path_factory.mktemp("passing"), RUN_BOUND)
+            measured[args] = time.monotonic() - start
+            assert run.returncode == 0, run.output[-4000:]
+        return measured[args]
+
+    return get
+
+
+def first_cause(base: Path) -> dict:
+    """The report's first probable cause ("start here"), of a complete report with exit 1."""
+    report = assert_report(base, 1, complete=True)
+    assert report["start_here"], "the report names no probable cause"
+    return report["start_here"][0]
 
 
 def error_lines(output: str) -> list[str]:
@@ -441,6 +468,36 @@ def test_memory_hog_fails_its_cases_under_the_worker_limit(run_suite, hostile_li
     assert all(run.outcomes[n] == "passed" for n in hash_cases), run.output[-4000:]
 
 
+# What a run of pool and hash cases against the C reference and the Python reference takes
+# (the hostile ones below are held to twice that, plus one deadline).
+POOL_RUN = ("--call-timeout=2", "cases/pool.yaml", "cases/hash.yaml")
+
+
+def test_library_crashing_in_its_first_pool_gets_a_report(
+    run_suite, hostile_library, reference_library, passing_seconds, tmp_path
+):
+    """tl_kv_pool_create crashes on every call, the first made while the suite describes the
+    library: not a usage error (it loaded), but exit 1 with a report naming the function first;
+    the hash cases, which need no pool, still pass, and the run ends in bounded time."""
+    passing = passing_seconds(f"--impl=ctypes:{reference_library()}", *POOL_RUN)
+    base, report = report_option(tmp_path)
+    start = time.monotonic()
+    run = run_suite(
+        f"--impl=ctypes:{hostile_library('crash_pool_create')}",
+        report,
+        *POOL_RUN,
+        timeout=RUN_BOUND,
+    )
+    took = time.monotonic() - start
+    assert run.returncode == 1, run.output[-4000:]
+    assert first_cause(base)["id"] == "fails:tl_kv_pool_create"
+    assert "crashed with SIGSEGV in tl_kv_pool_create" in messages_in_order(run)[0]
+    hash_cases = [n for n in run.outcomes if n.startswith("cases/hash.yaml::")]
+    assert hash_cases
+    assert all(run.outcomes[n] == "passed" for n in hash_cases), run.output[-4000:]
+    assert took <= 2 * passing + 2, f"{took:.1f} s, over 2 x {passing:.1f} s + one deadline"
+
+
 # -- Python modules ---------------------------------------------------------------------------
 
 
@@ -612,6 +669,38 @@ def test_module_raising_system_exit_fails(run_suite, tmp_path, isolation):
     assert any("SystemExit" in m for m in messages_in_order(run)), run.output[-4000:]
 
 
+def test_module_hanging_in_its_first_pool_gets_a_report(run_suite, passing_seconds, tmp_path):
+    """Pool() never returns, first while the suite describes the module: exit 1 with a report
+    whose first cause is that Pool() does not answer (one deadline, one short wait, then not
+    called); the hash cases still pass."""
+    hanging = pyref_module(
+        tmp_path,
+        "hostile_hang_pool",
+        [
+            ("import struct\n", "import struct\nimport time\n"),
+            (POOL_INIT_END, POOL_INIT_END + "        time.sleep(3600)\n"),
+        ],
+    )
+    passing = passing_seconds("--impl=py:tlkv_conformance.references.pyref", *POOL_RUN)
+    base, report = report_option(tmp_path)
+    start = time.monotonic()
+    run = run_suite(
+        f"--impl={hanging}", report, *POOL_RUN, pythonpath=tmp_path / "mods", timeout=RUN_BOUND
+    )
+    took = time.monotonic() - start
+    assert run.returncode == 1, run.output[-4000:]
+    assert first_cause(base)["title"] == "Pool() does not answer"
+    messages = messages_in_order(run)
+    assert "timed out after 1 s in Pool() (the wait after an earlier hang" in messages[0]
+    assert all(
+        "not called in Pool(): it failed on each of its last 2 calls" in m for m in messages[1:]
+    )
+    hash_cases = [n for n in run.outcomes if n.startswith("cases/hash.yaml::")]
+    assert hash_cases
+    assert all(run.outcomes[n] == "passed" for n in hash_cases), run.output[-4000:]
+    assert took <= 2 * passing + 2, f"{took:.1f} s, over 2 x {passing:.1f} s + one deadline"
+
+
 # -- gRPC -------------------------------------------------------------------------------------
 
 
@@ -643,6 +732,87 @@ def test_server_answering_pull_with_100_mb_fails_in_bounded_time(
     assert run.failed
     assert_report(base, 1, complete=True)
     assert any("RESOURCE_EXHAUSTED" in m for m in messages_in_order(run)), run.output[-4000:]
+
+
+# Misbehaving servers (selftest/hostile/grpc_server.py): a short deadline keeps each run to
+# seconds; the transfer cases call every method.
+HOSTILE_SERVER = HOSTILE / "grpc_server.py"
+HOSTILE_DEADLINE = 2
+GRPC_METHODS = 4  # HasBlocks, PushKv, GetInfo, PullKv: one deadline each at most
+GRPC_RUN = (f"--call-timeout={HOSTILE_DEADLINE}", "cases/transfer.yaml")
+HOSTILE_SERVER_POOL = [*READER_GEOMETRY, "--capacity=20000"]
+
+
+@pytest.fixture(scope="session")
+def passing_grpc_seconds(passing_seconds: Callable[..., float]) -> float:
+    """The wall time of GRPC_RUN against the reference server (the hostile one's geometry)."""
+    reference = start_reference_server(HOSTILE_SERVER_POOL)
+    try:
+        return passing_seconds(f"--impl={reference.impl}", *GRPC_RUN)
+    finally:
+        reference.stop()
+
+
+def hostile_server_run(
+    fault: str, run_suite: Callable[..., SuiteRun], passing: float, base: str
+) -> SuiteRun:
+    """A run against the hostile server with `fault` (report option `base`), which must end
+    with exit 1 within 2x a passing run's time (`passing`) plus one deadline per method."""
+    server = start_reference_server(
+        [*HOSTILE_SERVER_POOL, f"--fault={fault}"], script=HOSTILE_SERVER
+    )
+    start = time.monotonic()
+    try:
+        run = run_suite(f"--impl={server.impl}", base, *GRPC_RUN, timeout=RUN_BOUND)
+    finally:
+        took = time.monotonic() - start
+        server.stop()
+    assert run.returncode == 1, run.output[-4000:]
+    bound = 2 * passing + GRPC_METHODS * HOSTILE_DEADLINE
+    assert took <= bound, f"{took:.1f} s, over 2 x {passing:.1f} s + {GRPC_METHODS} deadlines"
+    return run
+
+
+def test_stalled_push_is_quarantined_and_named_first(run_suite, passing_grpc_seconds, tmp_path):
+    """PushKv takes its stream and never answers: the first push waits the whole deadline, the
+    second the short wait after a hang, later ones are not made; the report's first cause is
+    "PushKv does not answer", and the run ends in bounded time."""
+    base, report = report_option(tmp_path)
+    run = hostile_server_run("stall-PushKv", run_suite, passing_grpc_seconds, report)
+    assert first_cause(base)["title"] == "PushKv does not answer"
+    messages = messages_in_order(run)
+    assert f"timed out after {HOSTILE_DEADLINE} s in PushKv" in messages[0], messages[0]
+    assert "timed out after 1 s in PushKv on 127.0.0.1:" in messages[1], messages[1]
+    assert "(the wait after an earlier hang" in messages[1]
+    quarantined = "not called in PushKv: it failed on each of its last 2 calls"
+    assert all(quarantined in m for m in messages[2:]), messages
+
+
+@pytest.mark.parametrize(
+    ("fault", "cause", "message"),
+    [
+        # Mid-run: PushKv's answers do not parse (quarantined after three); the server dies
+        # mid-push (one retry, then no call is made).
+        ("malformed-push-answer", "malformed-answer:PushKv", "not called in PushKv: it failed"),
+        ("die-mid-push", "connection-lost", "the connection to the server broke"),
+        # While the suite describes the server: every case fails with that reason.
+        ("stall-HasBlocks", "no-answer:HasBlocks", "describing the server failed (timed out"),
+        ("stall-GetInfo", "no-answer:GetInfo", "describing the server failed (timed out"),
+        ("stall-PullKv", "no-answer:PullKv", "describing the server failed (timed out"),
+        ("huge-empty-pull", "oversized-answer:PullKv", "Received message larger than max"),
+    ],
+)
+def test_misbehaving_server_gets_a_bounded_run_and_a_report(
+    run_suite, passing_grpc_seconds, tmp_path, fault, cause, message
+):
+    """A server that stalls a method, breaks the connection mid-push, or answers too large or
+    unparsable: exit 1 (never 4: the server was reached), a complete report whose first
+    probable cause names the method and how, in bounded time."""
+    base, report = report_option(tmp_path)
+    run = hostile_server_run(fault, run_suite, passing_grpc_seconds, report)
+    assert first_cause(base)["id"] == cause
+    messages = messages_in_order(run)
+    assert any(message in m for m in messages), messages[:3]
 
 
 # -- inputs to the suite itself ---------------------------------------------------------------
@@ -859,3 +1029,65 @@ def test_second_run_on_the_same_report_is_refused(tmp_path):
     assert "is writing the report" in errors[0]
     assert str(base) in errors[0]
     assert "Traceback" not in output
+
+
+# -- the call ledger (harness/adapters/_quarantine.py), without a subprocess -------------------
+
+
+def test_ledger_shortens_the_wait_then_quarantines_a_hanging_operation():
+    """An operation that answered in 0.1 s and then hangs: the next wait is 4 x 0.1 s, floored at
+    1 s; a second hang in a row quarantines it. Having answered before, its hangs are the
+    inputs' (no cause of the operation's own); another operation is not affected."""
+    from tlkv_conformance.adapters._quarantine import CallLedger
+    from tlkv_conformance.errors import Quarantined
+
+    ledger = CallLedger(10.0, {"export": "tl_kv_export"})
+    ledger.answered("export", time.monotonic() - 0.1)
+    assert ledger.timeout("export") == 10.0
+    first = ledger.timed_out("export", 10.0)
+    assert str(first) == "timed out after 10 s in tl_kv_export"
+    assert first.operation_fault is None
+    assert ledger.timeout("export") == 1.0
+    second = ledger.timed_out("export", 1.0)
+    assert "(the wait after an earlier hang" in str(second)
+    with pytest.raises(Quarantined, match="not called in tl_kv_export: it failed on each of") as q:
+        ledger.timeout("export")
+    assert q.value.operation_fault is None
+    assert ledger.timeout("import") == 10.0
+
+
+def test_ledger_names_an_operation_that_never_answered():
+    """An rpc that never answered: its hang says "does not answer", and so does each call not
+    made after the second; one failing three times in a row otherwise "fails on every call"."""
+    from tlkv_conformance.adapters._quarantine import CallLedger
+    from tlkv_conformance.errors import ImplementationFault, Quarantined
+
+    ledger = CallLedger(2.0)
+    assert ledger.timed_out("PushKv", 2.0).operation_fault.title == "PushKv does not answer"
+    ledger.timed_out("PushKv", 1.0)
+    with pytest.raises(Quarantined) as not_called:
+        ledger.timeout("PushKv")
+    assert not_called.value.operation_fault.id == "no-answer:PushKv"
+    for _ in range(3):
+        ledger.faulted("pool_create", ImplementationFault("crashed with SIGSEGV"))
+    with pytest.raises(Quarantined) as crashed:
+        ledger.timeout("pool_create")
+    assert crashed.value.operation_fault.title == "pool_create fails on every call"
+
+
+def test_an_operation_fault_is_a_probable_cause_of_its_own():
+    """A fault that says what the operation does whatever the input is a cause in "start here"
+    (blamed on what the test cites); any other fault is a symptom, as before."""
+    from tlkv_conformance.diagnosis import FaultEvidence, attribute
+    from tlkv_conformance.errors import OperationFault
+
+    never = OperationFault("no-answer:PushKv", "PushKv does not answer")
+    named = attribute(FaultEvidence("timed out after 2 s in PushKv", False, never), ["XFER-TAIL"])
+    assert named.cause is not None
+    assert (named.cause.id, named.blamed) == ("no-answer:PushKv", ("XFER-TAIL",))
+    assert (
+        named.headline() == "probable cause: PushKv does not answer: timed out after 2 s in PushKv"
+    )
+    plain = attribute(FaultEvidence("crashed with SIGSEGV in tl_kv_import"), ["READ-ACCEPT"])
+    assert plain.cause is None
+    assert plain.symptom == "fault"

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import itertools
 import struct
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,9 +27,19 @@ import grpc
 import numpy as np
 
 from .. import oracle
-from ..errors import ImplementationFault, NotObservable, Refused, SuiteUsageError, WrongCount
+from ..errors import (
+    ImplementationFault,
+    NotObservable,
+    OperationFault,
+    Quarantined,
+    Refused,
+    SuiteUsageError,
+    WrongCount,
+)
+from ..exprs import DEFAULT_GEOMETRY
 from ..grpc_stubs import kv_pb2, kv_pb2_grpc
 from ._base import Adapter, Capability, ImplInfo, PoolHandle, ReadBack
+from ._quarantine import CallLedger
 from ._spec import SHARED_OPTION, ImplSpec
 
 T = TypeVar("T")
@@ -46,6 +58,9 @@ _FAULT_STATUSES = frozenset(
         grpc.StatusCode.UNIMPLEMENTED,
     }
 )
+# How grpcio words a message past the client's receive limit, and an answer it cannot parse.
+_TOO_LARGE = "Received message larger than max"
+_UNPARSED = "Exception deserializing response"
 _RECORD_HASH = struct.Struct("<Q")
 NO_INFO = "the server does not offer GetInfo (UNIMPLEMENTED), so its free blocks cannot be observed"
 SHARED = (
@@ -120,6 +135,10 @@ def _first_record_hash(data: bytes) -> int:
     return 0
 
 
+class _Unreachable(ImplementationFault):
+    """No connection to the server could be made at all."""
+
+
 class GrpcAdapter(Adapter):
     """A tl.kv.v1 decode server, reached as its prefill side."""
 
@@ -129,7 +148,9 @@ class GrpcAdapter(Adapter):
     def __init__(self, spec: ImplSpec, settings: Any) -> None:
         super().__init__(spec.label)
         self.target = spec.target
-        self._timeout = float(settings.call_timeout)
+        # Each rpc is an operation as a C function is: its deadline shortened after a hang, and
+        # not called again after a second (docs/grpc.md, "A server that misbehaves").
+        self._ledger = CallLedger(float(settings.call_timeout))
         self.shared = SHARED_OPTION in spec.options or settings.concurrent_runs > 1
         self._channel = grpc.insecure_channel(
             spec.target,
@@ -137,17 +158,32 @@ class GrpcAdapter(Adapter):
             # with more fails that call (RESOURCE_EXHAUSTED), it cannot hold up the run.
             options=[("grpc.max_receive_message_length", RECEIVE_LIMIT)],
         )
+        # Set once a connection to the server was made: only a server never reached is the
+        # user's mistake (an address nothing listens on); one reached that then fails is not.
+        self._connected = threading.Event()
+        self._channel.subscribe(self._watch_connectivity)
         self._stub = kv_pb2_grpc.KvTransferStub(self._channel)
+        # Why no rpc is made any more (the server broke while being described, or its
+        # connection broke and did not come back), and what that shows of it.
+        self._out_of_service: tuple[str, OperationFault] | None = None
         self._requests = itertools.count(1)
         self._blocks: list[_Known] = []
         self._pushed: dict[int, set[tuple[int, bytes]]] = {}  # hash -> contents pushed
         self._held_before: set[int] = set()  # hashes the server held before this run pushed them
         self._preloaded: dict[tuple[int, bytes], int] = {}  # (hash, record) -> the block's id
+        # What the description finds; these stand if it fails half-way.
+        self.geometry = spec.geometry
+        self.read_versions = frozenset({1})
+        self.has_info = self.has_pull = False
         try:
             self._connect(spec)
         except BaseException:
-            self._channel.close()
+            self.close()
             raise
+
+    def _watch_connectivity(self, state: grpc.ChannelConnectivity) -> None:
+        if state == grpc.ChannelConnectivity.READY:
+            self._connected.set()
 
     # -- startup --------------------------------------------------------------------------------
 
@@ -155,17 +191,40 @@ class GrpcAdapter(Adapter):
         return SuiteUsageError(f"--impl {self.label}: {problem}")
 
     def _connect(self, spec: ImplSpec) -> None:
+        """Describe the server. Never reached: a usage error (one line, exit 4). Reached, then
+        stalled, refused wrongly or answered with garbage: the server's fault, which every case
+        that calls it fails with (exit 1, with a report saying which call and how)."""
         try:
-            self._stub.HasBlocks(kv_pb2.HasBlocksRequest(), timeout=self._timeout)
-        except grpc.RpcError as exc:
-            code = exc.code()
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise self._usage(
-                    f"cannot reach the server ({code.name}: {_details(exc)})"
-                ) from None
+            self._describe(spec)
+        except _Unreachable as exc:
+            raise self._usage(f"cannot reach the server ({exc})") from None
+        except (ImplementationFault, Refused) as exc:
+            operation_fault = getattr(exc, "operation_fault", None) or OperationFault(
+                "describing-fails", f"the server fails while being described: {exc}"
+            )
+            self._out_of_service = (
+                f"describing the server failed ({exc}), so it is not called in this run",
+                operation_fault,
+            )
+            # Every case gets as far as its first rpc, which fails with that reason, rather
+            # than being skipped for what the failed description could not say.
+            self.has_info = self.has_pull = True
+            if self.geometry is None:
+                # Never said: the cases are built at the corpus's default geometry, and each
+                # fails at its first rpc all the same.
+                self.geometry = DEFAULT_GEOMETRY
+
+    def _describe(self, spec: ImplSpec) -> None:
+        request = kv_pb2.HasBlocksRequest()
+        try:
+            self._call(
+                "HasBlocks",
+                lambda timeout: self._stub.HasBlocks(request, timeout=timeout),
+                optional="HasBlocks",
+            )
+        except NotObservable:
             raise self._usage(
-                f"HasBlocks failed with {code.name} ({_details(exc)}): is this a tl.kv.v1 "
-                "KvTransfer server?"
+                "HasBlocks failed with UNIMPLEMENTED: is this a tl.kv.v1 KvTransfer server?"
             ) from None
         given = spec.geometry
         info = self._get_info_or_none()
@@ -188,7 +247,6 @@ class GrpcAdapter(Adapter):
                 f"grpc:{spec.target},geometry=BxLxHxD"
             )
         else:
-            self.geometry = given
             self.read_versions = self._probe_read_versions()
         self.has_pull = self._offers_pull()
 
@@ -203,19 +261,18 @@ class GrpcAdapter(Adapter):
         try:
             self._call(
                 "PullKv",
-                lambda: list(self._stub.PullKv(request, timeout=self._timeout)),
+                lambda timeout: list(self._stub.PullKv(request, timeout=timeout)),
                 optional=NO_PULL,
             )
         except NotObservable:
             return False
-        except (Refused, ImplementationFault) as exc:
-            raise self._usage(f"PullKv of no blocks failed: {exc}") from None
         return True
 
     def _probe_read_versions(self) -> frozenset[int]:
         """Without GetInfo, push one partial (unregistered) block in v1, which checks the
         geometry given, then one in v2: FAILED_PRECONDITION means a v1-only reader. Each probe
         the server accepts occupies one block of its pool for good (docs/grpc.md)."""
+        assert self.geometry is not None
         reads = {1}
         for version in (1, 2):
             block = oracle.Block(0, 1, np.zeros(self.geometry.values_shape, dtype=np.float32))
@@ -230,8 +287,6 @@ class GrpcAdapter(Adapter):
                     f"({self.geometry}) with {refusal.code}: is geometry= "
                     f"right? ({refusal.detail})"
                 ) from None
-            except ImplementationFault as exc:
-                raise self._usage(f"probing which versions the server reads: {exc}") from None
             reads.add(version)
         return frozenset(reads)
 
@@ -262,11 +317,14 @@ class GrpcAdapter(Adapter):
         )
 
     def open_pool(self, geometry: oracle.Geometry, capacity: int) -> GrpcPool:
+        if self._out_of_service is not None:
+            raise self._not_called("GetInfo")
         if geometry != self.geometry:
             raise NotObservable(self.other_geometry(geometry))
         return GrpcPool(self, geometry, capacity)
 
     def close(self) -> None:
+        self._channel.unsubscribe(self._watch_connectivity)
         self._channel.close()
 
     def __enter__(self) -> GrpcAdapter:
@@ -280,7 +338,7 @@ class GrpcAdapter(Adapter):
     def has_blocks(self, hashes: Sequence[int]) -> list[bool]:
         request = kv_pb2.HasBlocksRequest(block_hashes=list(hashes))
         response = self._call(
-            "HasBlocks", lambda: self._stub.HasBlocks(request, timeout=self._timeout)
+            "HasBlocks", lambda timeout: self._stub.HasBlocks(request, timeout=timeout)
         )
         held = list(response.held)
         if len(held) != len(hashes):
@@ -303,7 +361,7 @@ class GrpcAdapter(Adapter):
             for c in chunks
         ]
         response = self._call(
-            "PushKv", lambda: self._stub.PushKv(iter(messages), timeout=self._timeout)
+            "PushKv", lambda timeout: self._stub.PushKv(iter(messages), timeout=timeout)
         )
         return PushCounts(response.blocks_stored, response.blocks_reused, response.payload_bytes)
 
@@ -311,7 +369,7 @@ class GrpcAdapter(Adapter):
         """GetInfo; NotObservable when the server does not offer it."""
         response = self._call(
             "GetInfo",
-            lambda: self._stub.GetInfo(kv_pb2.GetInfoRequest(), timeout=self._timeout),
+            lambda timeout: self._stub.GetInfo(kv_pb2.GetInfoRequest(), timeout=timeout),
             optional=NO_INFO,
         )
         try:
@@ -350,7 +408,7 @@ class GrpcAdapter(Adapter):
         request = kv_pb2.PullKvRequest(block_hashes=list(hashes), kv_format=kv_format)
         messages = self._call(
             "PullKv",
-            lambda: list(self._stub.PullKv(request, timeout=self._timeout)),
+            lambda timeout: list(self._stub.PullKv(request, timeout=timeout)),
             optional=NO_PULL,
         )
         if len(messages) != len(hashes):
@@ -386,18 +444,83 @@ class GrpcAdapter(Adapter):
     def _request_id(self) -> str:
         return f"tlkv-conformance-{next(self._requests)}"
 
-    def _call(self, rpc: str, action: Callable[[], T], optional: str | None = None) -> T:
+    def _call(self, rpc: str, action: Callable[[float], T], optional: str | None = None) -> T:
+        """`action(deadline)`, one rpc, under the deadline the ledger gives it. A refusal is
+        Refused; UNIMPLEMENTED of an `optional` extension NotObservable (with that reason); a
+        hang, a broken connection, an answer too large or that does not parse, or a status no
+        request earns an ImplementationFault. A broken connection is retried once."""
+        if self._out_of_service is not None:
+            raise self._not_called(rpc)
+        timeout = self._ledger.timeout(rpc)  # Quarantined if rpc is not called any more
+        start = time.monotonic()
         try:
-            return action()
+            result = action(timeout)
         except grpc.RpcError as exc:
-            code = exc.code()
-            if optional is not None and code == grpc.StatusCode.UNIMPLEMENTED:
-                raise NotObservable(optional) from None
-            if code in _FAULT_STATUSES:
-                raise ImplementationFault(
-                    f"{rpc} on {self.target} failed with {code.name}: {_details(exc)}"
-                ) from None
-            raise Refused(code.name, rpc, _details(exc)) from None
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or not self._reconnected(timeout):
+                raise self._failure(rpc, exc, timeout, start, optional) from None
+            # The connection broke and came back (a restarted server): once more, and no more.
+            start = time.monotonic()
+            try:
+                result = action(timeout)
+            except grpc.RpcError as again:
+                raise self._failure(rpc, again, timeout, start, optional) from None
+        self._ledger.answered(rpc, start)
+        return result
+
+    def _reconnected(self, timeout: float) -> bool:
+        """After UNAVAILABLE: whether a connection to the server can be made within `timeout`."""
+        if not self._connected.is_set():
+            return False  # never reached: nothing to come back
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            return False
+        return True
+
+    def _failure(
+        self, rpc: str, exc: grpc.RpcError, timeout: float, start: float, optional: str | None
+    ) -> Exception:
+        """What a failed rpc means, recorded in the ledger where it counts."""
+        code, details = exc.code(), _details(exc)
+        failed = f"{rpc} on {self.target} failed with {code.name}: {details}"
+        unanswered = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        # A READY seen just before the failure may still be on its way to the callback.
+        if code in unanswered and not self._connected.wait(0.2):
+            return _Unreachable(f"{code.name}: {details}")
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return self._ledger.timed_out(rpc, timeout, f" on {self.target}")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            operation_fault = OperationFault(
+                "connection-lost", "the server's connection breaks and does not come back"
+            )
+            self._out_of_service = (
+                f"the connection to the server broke ({failed}) and did not come back within "
+                f"{timeout:g} s, so the server is not called again in this run",
+                operation_fault,
+            )
+            return ImplementationFault(failed, operation_fault)
+        # The client's own receive limit (PushKv's answer is a few bytes: there, a server's
+        # RESOURCE_EXHAUSTED is its refusal of a chunk too large, with gRPC's own words).
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and rpc != "PushKv" and _TOO_LARGE in details:
+            title = f"{rpc} answers with a message over the receive limit ({RECEIVE_LIMIT} bytes)"
+            operation_fault = OperationFault(f"oversized-answer:{rpc}", title)
+            return self._ledger.faulted(rpc, ImplementationFault(failed, operation_fault))
+        if code == grpc.StatusCode.INTERNAL and _UNPARSED in details:
+            title = f"{rpc} answers with a message that does not parse"
+            operation_fault = OperationFault(f"malformed-answer:{rpc}", title)
+            return self._ledger.faulted(rpc, ImplementationFault(failed, operation_fault))
+        if optional is not None and code == grpc.StatusCode.UNIMPLEMENTED:
+            self._ledger.answered(rpc, start, settled=False)
+            return NotObservable(optional)
+        if code in _FAULT_STATUSES:
+            return ImplementationFault(failed)
+        self._ledger.answered(rpc, start, settled=False)
+        return Refused(code.name, rpc, details)
+
+    def _not_called(self, rpc: str) -> Quarantined:
+        assert self._out_of_service is not None
+        why, operation_fault = self._out_of_service
+        return Quarantined(f"not called in {rpc}: {why}", operation_fault)
 
     # -- bookkeeping shared by every pool handle (the server's pool outlives them) ---------------
 

@@ -19,6 +19,8 @@ from ._worker import WorkerChannel
 ISOLATIONS = ("worker", "inprocess")
 # The probe pool an unrestricted implementation describes itself with.
 PROBE_GEOMETRY = Geometry(1, 1, 1, 1)
+# What a description says of the pool precision when the probe pool faulted.
+UNKNOWN_DTYPE = "unknown"
 
 
 class Channel(Protocol):
@@ -182,8 +184,14 @@ class SessionAdapter(Adapter):
         self.origin = Path(origin) if origin else None  # the library or module file loaded
 
     def info(self) -> ImplInfo:
-        with self.open_pool(self.geometry or PROBE_GEOMETRY, 1) as probe:
-            dtype = probe.dtype
+        try:
+            with self.open_pool(self.geometry or PROBE_GEOMETRY, 1) as probe:
+                dtype = probe.dtype
+        except ImplementationFault:
+            # Loaded, then faulted in its first pool (a crash, a hang): the implementation's
+            # fault, not the user's. The cases that need pools fail with it (the ledger
+            # quarantines an operation that keeps faulting), and the others go on.
+            dtype = UNKNOWN_DTYPE
         return ImplInfo(read_versions=self._reads, write_versions=self._writes, pool_dtype=dtype)
 
     def block_hash(self, parent: int, tokens: list[int]) -> int:

@@ -53,12 +53,12 @@ def _load_file(name: str, path: Path) -> Any:
 
 
 if __package__:
-    from ..errors import ImplementationFault, Quarantined, Refused, SuiteUsageError
+    from ..errors import ImplementationFault, Refused, SuiteUsageError
+    from ._quarantine import CallLedger  # the parent's alone: the worker never needs it
 else:  # the worker: this file run on its own
     _errors = _load_file("tlkv_worker_errors", Path(__file__).resolve().parent.parent / "errors.py")
-    ImplementationFault, Quarantined, Refused, SuiteUsageError = (
+    ImplementationFault, Refused, SuiteUsageError = (
         _errors.ImplementationFault,
-        _errors.Quarantined,
         _errors.Refused,
         _errors.SuiteUsageError,
     )
@@ -72,16 +72,6 @@ LOAD = "load"
 STARTUP_TIMEOUT = 30.0
 _EXIT_WAIT = 5.0  # seconds to wait for a worker that closed its pipe to be reaped
 _OUTPUT_LIMIT = 16_000  # characters of a crash's output quoted in a failure message
-# An operation that hung, or crashed, this many times in a row is not called again in the run:
-# each further case fails at once, saying so, instead of waiting out another timeout or restart
-# (a broken engine's gate ends in about the time of a passing one).
-HANGS_BEFORE_QUARANTINE = 2
-CRASHES_BEFORE_QUARANTINE = 3
-# After its first hang an operation waits at most this many times its slowest answered call
-# (and at least the floor), not the whole call timeout: the hang has already failed the run, so
-# a shorter wait cannot turn a pass into a failure, and a second hang costs seconds, not tens.
-HUNG_TIMEOUT_FACTOR = 4.0
-HUNG_TIMEOUT_FLOOR = 1.0
 # The worker is `python -c _BOOTSTRAP THIS_FILE ...`. Not `python THIS_FILE`: that puts this
 # directory first on sys.path, where _ctypes.py shadows the C module `import ctypes` needs. -c
 # puts the current directory ("") there instead, which is taken out.
@@ -269,6 +259,10 @@ class _TimedOut(Exception):
     """No reply within the timeout."""
 
 
+class _CallTimedOut(Exception):
+    """A call got no reply within its timeout; the worker was killed."""
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -357,10 +351,8 @@ class WorkerChannel:
         self._inbox: SharedBuffer | None = None  # large reply buffers, from it
         self._log: Any = None
         self._poll = select.poll()
-        self._faults: dict[str, list[str]] = {}  # op -> how its last consecutive calls ended
-        self._quarantined: dict[str, str] = {}  # op -> why it is not called any more
-        self._hung: set[str] = set()  # ops that hung once: waited for less from then on
-        self._slowest: dict[str, float] = {}  # op -> seconds of its slowest answered call
+        # Hangs and crashes per operation: each call's wait, and which are not called again.
+        self._ledger = CallLedger(call_timeout, self.calls)
 
     def open(self) -> tuple[int, int, str]:
         """Start the worker and load the implementation: its (read, write) version masks and
@@ -403,58 +395,33 @@ class WorkerChannel:
         if self._pidfd >= 0:
             self._poll.register(self._pidfd, select.POLLIN)
         timeout = max(self.call_timeout, STARTUP_TIMEOUT)
-        return self._call(LOAD, self.load_args, timeout, "while loading")
+        try:
+            return self._call(LOAD, self.load_args, timeout, "while loading")
+        except _CallTimedOut:
+            raise ImplementationFault(f"timed out after {timeout:g} s while loading") from None
 
     def call(self, op: str, *args: Any) -> Any:
         """Run `Session.<op>(*args)` in the worker (starting one if none is running)."""
-        where = f"in {self.calls.get(op, op)}"
-        if op in self._quarantined:
-            raise Quarantined(f"not called {where}: {self._quarantined[op]}")
+        where = self._ledger.where(op)
+        timeout = self._ledger.timeout(op)  # Quarantined if op is not called any more
         if self._proc is None:
             self._start()
-        timeout = self.call_timeout
-        if op in self._hung:
-            slowest = HUNG_TIMEOUT_FACTOR * self._slowest.get(op, 0.0)
-            timeout = min(timeout, round(max(HUNG_TIMEOUT_FLOOR, slowest), 2))
         start = time.monotonic()
         try:
             result = self._call(op, args, timeout, where)
         except Refused:
-            self._answered(op, start)
+            self._ledger.answered(op, start, settled=False)
             raise
+        except _CallTimedOut:
+            raise self._ledger.timed_out(op, timeout) from None
         except ImplementationFault as fault:
-            if timeout < self.call_timeout and str(fault).startswith("timed out"):
-                fault = ImplementationFault(
-                    f"{fault} (the wait after an earlier hang: {HUNG_TIMEOUT_FACTOR:g} times "
-                    f"its slowest answered call, at least {HUNG_TIMEOUT_FLOOR:g} s)"
-                )
             if self.generation_lost_in_call:
-                self._count_fault(op, where, str(fault).splitlines()[0])
+                fault = self._ledger.faulted(op, fault)
             raise fault from None
-        self._answered(op, start)
-        self._faults.pop(op, None)
+        self._ledger.answered(op, start)
         return result
 
-    def _answered(self, op: str, start: float) -> None:
-        took = time.monotonic() - start
-        self._slowest[op] = max(took, self._slowest.get(op, 0.0))
-
     generation_lost_in_call = False
-
-    def _count_fault(self, op: str, where: str, how: str) -> None:
-        history = self._faults.setdefault(op, [])
-        history.append(how)
-        if how.startswith("timed out"):
-            self._hung.add(op)
-        timeouts = sum(1 for h in history if h.startswith("timed out"))
-        if timeouts >= HANGS_BEFORE_QUARANTINE or len(history) >= CRASHES_BEFORE_QUARANTINE:
-            failed = (
-                "its last call" if len(history) == 1 else f"each of its last {len(history)} calls"
-            )
-            self._quarantined[op] = (
-                f"it failed on {failed} ({'; '.join(history)}), "
-                "so it is not called again in this run"
-            )
 
     def _call(self, op: str, args: Sequence[Any], timeout: float, where: str) -> Any:
         self.generation_lost_in_call = False
@@ -471,7 +438,7 @@ class WorkerChannel:
             self.generation_lost_in_call = True
             self._stop(kill=True)
             self._forget(f"was killed (timed out {where})")
-            raise ImplementationFault(f"timed out after {timeout:g} s {where}") from None
+            raise _CallTimedOut from None
         except BaseException:  # a KeyboardInterrupt mid-call: its reply would come to the next
             self._stop(kill=True)
             self._forget(f"was stopped {where}")

@@ -77,7 +77,9 @@ def attribute(evidence: Evidence | None, cited: Sequence[str]) -> Attribution:
     except Exception as exc:  # a diagnosis must never hide the failure itself
         return Attribution(blamed=tuple(cited), note=f"diagnosis failed: {exc!r}")
     if causes:
-        blamed = causes[0].reqs
+        # A cause breaking no requirement's bytes (an operation that never answers) leaves
+        # the blame on what the test cites.
+        blamed = causes[0].reqs or tuple(cited)
     else:
         # Field requirements the test cites, else the fields' own: a reader case whose values
         # differ is about V2-DECODE, whatever else it cites.
@@ -144,7 +146,10 @@ def _analyse(evidence: Evidence, cited: Sequence[str]) -> tuple[list[Cause], set
             )
         return causes, {"POOL-REFS"}, ""
     if isinstance(evidence, FaultEvidence):
-        return [], set(), FAULT
+        known = evidence.operation_fault
+        if known is None:
+            return [], set(), FAULT
+        return [Cause(known.id, known.title, (), evidence.detail.splitlines()[0])], set(), FAULT
     if isinstance(evidence, KnownMistake):
         cause = Cause(
             evidence.cause,

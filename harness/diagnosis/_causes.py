@@ -23,6 +23,11 @@ class Cause:
     # answered before a rule the reader does not check at all)
     yields_to: frozenset[str] = frozenset()
 
+    def cited(self) -> str:
+        """The requirements it breaks, as shown after its title (none: an operation that fails
+        whatever the input)."""
+        return f" [{', '.join(self.reqs)}]" if self.reqs else ""
+
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -78,7 +83,7 @@ class Attribution:
         """One line for the top of the failure: the probable cause, or what is blamed."""
         if self.cause is not None:
             evidence = f": {self.cause.evidence}" if self.cause.evidence else ""
-            return f"probable cause: {self.cause.title} [{', '.join(self.cause.reqs)}]{evidence}"
+            return f"probable cause: {self.cause.title}{self.cause.cited()}{evidence}"
         if self.blamed:
             return f"blamed on {', '.join(self.blamed)} (no known mistake matches the difference)"
         return ""

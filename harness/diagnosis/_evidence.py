@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import oracle
+from ..errors import ImplementationFault, OperationFault, Quarantined
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,10 +108,25 @@ class KnownMistake:
 @dataclass(frozen=True, eq=False)
 class FaultEvidence:
     """The implementation crashed, hung or was quarantined after doing so (`detail`).
-    `quarantined`: the call was not made, so the failure does not depend on the case's data."""
+    `quarantined`: the call was not made, so the failure does not depend on the case's data.
+    `operation_fault`: what the fault shows of the operation whatever the input (it never
+    answers), a probable cause of its own."""
 
     detail: str
     quarantined: bool = False
+    operation_fault: OperationFault | None = None
+
+    @classmethod
+    def of(cls, fault: ImplementationFault) -> FaultEvidence:
+        return cls(str(fault), isinstance(fault, Quarantined), fault.operation_fault)
+
+    @classmethod
+    def of_operation(cls, fault: ImplementationFault) -> FaultEvidence | None:
+        """The evidence of a fault that does not depend on the input (a call not made, an
+        operation that never answers); None for one that may (a crash on this input)."""
+        if isinstance(fault, Quarantined) or fault.operation_fault is not None:
+            return cls.of(fault)
+        return None
 
 
 Evidence = (

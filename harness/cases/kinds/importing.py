@@ -13,7 +13,7 @@ from ...checks import (
     free_count,
 )
 from ...diagnosis import FaultEvidence, RefusalEvidence, probe_reader
-from ...errors import ImplementationFault, Quarantined, Refused
+from ...errors import ImplementationFault, Refused
 from ...testee import Testee
 from .._sources import (
     CaseDataError,
@@ -89,10 +89,8 @@ class ImportCase(Case):
                     ),
                 ) from None
             except ImplementationFault as fault:
-                evidence = (
-                    FaultEvidence(str(fault), quarantined=True)
-                    if isinstance(fault, Quarantined)
-                    else RefusalEvidence(frozenset(), frozenset(), "fault", self.data)
+                evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
+                    frozenset(), frozenset(), "fault", self.data
                 )
                 raise CaseFailure(f"implementation fault: {fault}", evidence) from None
             # Decoded here, not kept from collection: at a real geometry a decoded block is MiBs.

@@ -14,7 +14,7 @@ from ...checks import (
     snapshot,
 )
 from ...diagnosis import FaultEvidence, RefusalEvidence, probe_reader
-from ...errors import ImplementationFault, Quarantined, Refused
+from ...errors import ImplementationFault, Refused
 from ...testee import Testee
 from .._sources import (
     CaseDataError,
@@ -236,11 +236,10 @@ class RejectCase(Case):
             try:
                 ids = pool.import_envelope(self.data, self.pool.capacity)
             except ImplementationFault as fault:
-                # Not called at all (quarantined after earlier faults): a consequence of those.
-                evidence = (
-                    FaultEvidence(str(fault), quarantined=True)
-                    if isinstance(fault, Quarantined)
-                    else RefusalEvidence(rules, frozenset(acceptable), "fault", self.data)
+                # Not called at all (quarantined after earlier faults), or an operation that
+                # answers nothing: not this input's doing.
+                evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
+                    rules, frozenset(acceptable), "fault", self.data
                 )
                 raise CaseFailure(f"implementation fault: {fault}", evidence) from None
             except Refused as refusal:
