@@ -111,6 +111,7 @@ def phase_of(report: pytest.TestReport) -> Phase:
         blamed=tuple(getattr(report, "tlkv_blamed", ()) or ()),
         causes=tuple(Cause.from_json(c) for c in getattr(report, "tlkv_causes", ()) or ()),
         symptom=getattr(report, "tlkv_symptom", "") or "",
+        view=getattr(report, "tlkv_view", None),
     )
 
 

@@ -91,6 +91,7 @@ class Phase:
     blamed: tuple[str, ...] = ()  # a failure's requirements whose own bytes or fields differ
     causes: tuple[Cause, ...] = ()  # its probable causes (tlkv_conformance.diagnosis)
     symptom: str = ""  # what it shows when its evidence cannot say why (a valid envelope refused)
+    view: dict[str, Any] | None = None  # what the HTML report shows of it (failure_view)
 
 
 @dataclass
@@ -111,6 +112,7 @@ class TestResult:
     outcome: str = ""  # until a phase says (OUTCOMES)
     gating: bool = False  # a failure that fails the run (MUST, --strict, error, strict XPASS)
     message: str = ""
+    view: dict[str, Any] | None = None  # the failure's view (failure_view), for report.html
 
     @property
     def warning(self) -> bool:
@@ -129,6 +131,7 @@ class TestResult:
             "outcome": self.outcome,
             "gating": self.gating,
             "message": self.message,
+            "view": self.view,
         }
 
 
@@ -188,6 +191,7 @@ class ResultLog:
         result.blamed = phase.blamed or result.blamed
         result.causes = phase.causes or result.causes
         result.symptom = phase.symptom or result.symptom
+        result.view = phase.view or result.view
         if phase.when == "call":
             self.warnings += phase.warning
             result.outcome, result.gating, result.message = "failed", not phase.warning, message
@@ -832,18 +836,22 @@ class Conformance:
     # -- files ----------------------------------------------------------------------------------
 
     def write(self, base: Path) -> list[Path]:
-        """Write BASE.md and BASE.json (creating folders), each atomically (a reader sees the
-        old report or the new one, never half of one), and return their paths."""
+        """Write BASE.md, BASE.json and BASE.html (creating folders), each atomically (a reader
+        sees the old report or the new one, never half of one), and return their paths."""
+        from .report_html import render_html  # it renders this module's JSON
+
         base.parent.mkdir(parents=True, exist_ok=True)
         md, js = report_paths(base)
+        data = self.as_json()
         for path, text in (
-            (js, json.dumps(self.as_json(), indent=2) + "\n"),
+            (js, json.dumps(data, indent=2) + "\n"),
             (md, self.markdown()),
+            (md.with_suffix(".html"), render_html(data)),
         ):
             partial = path.with_name(f".{path.name}.{self.run.run_id or os.getpid()}.partial")
             partial.write_text(text, encoding="utf-8")
             os.replace(partial, path)
-        return [md, js]
+        return [md, js, md.with_suffix(".html")]
 
 
 def report_paths(base: Path) -> tuple[Path, Path]:
