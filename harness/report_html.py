@@ -330,7 +330,8 @@ def _error_picture(grid: dict[str, Any]) -> str:
     Below, one cell per token position, a bar at the fill."""
     layers, heads, positions = grid["layers"], grid["heads"], grid["positions"]
     fill, dims = grid["n_tokens"], grid["dims"]
-    panels = [("in_fill", f"positions 0..{fill - 1}", fill * dims)]
+    filled = f"positions 0..{fill - 1}" if fill > 1 else f"position{'s' * (fill != 1)} 0"
+    panels = [("in_fill", "no position filled" if fill == 0 else filled, fill * dims)]
     if fill < positions:
         panels.append(
             ("past_fill", f"past the fill: {fill}..{positions - 1}", (positions - fill) * dims)
@@ -479,10 +480,10 @@ body{font:14px/1.4 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:0
 h1{font-size:24px}h2{font-size:18px;border-bottom:1px solid #ccd;margin-top:28px}
 h3{font-size:14px;margin:0 0 4px;word-break:break-all}
 code,pre{font:12px/1.35 ui-monospace,monospace}pre{background:#f6f8fa;padding:8px;overflow:auto}
-table{border-collapse:collapse}td,th{border:1px solid #d8dde3;padding:2px 6px;text-align:left;
-vertical-align:top}
-.gate{padding:2px 10px;border-radius:4px;color:#fff}.gate-pass{background:#1a7f37}
-.gate-fail{background:#cf222e}.gate-incomplete{background:#9a6700}
+table{border-collapse:collapse;max-width:100%}td,th{border:1px solid #d8dde3;padding:2px 6px;
+text-align:left;vertical-align:top;overflow-wrap:anywhere}
+.gate{padding:2px 10px;border-radius:4px;color:#fff;white-space:nowrap}
+.gate-pass{background:#1a7f37}.gate-fail{background:#cf222e}.gate-incomplete{background:#9a6700}
 #verdict p{margin:2px 0}.exit{font-weight:600}
 .v{font-weight:600;text-align:center}.v-FAIL{background:#ffd7d5;color:#a40e26}
 .v-warn{background:#fff1c2;color:#7d4e00}.v-pass{background:#dafbe1;color:#116329}
