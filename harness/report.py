@@ -855,9 +855,9 @@ class Conformance:
 
 
 def report_paths(base: Path) -> tuple[Path, Path]:
-    """--conformance-report PATH writes PATH.md and PATH.json; a PATH already ending in .md or
-    .json names the pair as well."""
-    if base.suffix in (".md", ".json"):
+    """--conformance-report PATH writes PATH.md and PATH.json (and PATH.html beside them); a
+    PATH already ending in .md, .json or .html names them as well."""
+    if base.suffix in (".md", ".json", ".html"):
         base = base.with_suffix("")
     return base.with_name(base.name + ".md"), base.with_name(base.name + ".json")
 
