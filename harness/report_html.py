@@ -30,7 +30,20 @@ CELL = 18  # the error picture's cell, in pixels
 
 
 def render_html(report: dict[str, Any]) -> str:
-    """The page for one report (the dict report.json holds)."""
+    """The page for one report (the dict report.json holds). A page that cannot be rendered
+    says so and points at the Markdown and JSON reports, which are written all the same."""
+    try:
+        return _page(report)
+    except Exception as exc:  # the page must never cost the run its report
+        return (
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            "<title>TLKV conformance</title></head><body><h1>TLKV conformance</h1>"
+            f"<p>This page could not be rendered ({escape(repr(exc))}): the report is in the "
+            "Markdown and JSON files beside it.</p></body></html>\n"
+        )
+
+
+def _page(report: dict[str, Any]) -> str:
     failures = [t for t in report["tests"] if t["outcome"] in ("failed", "error")]
     failures.sort(key=lambda t: not t["gating"])
     body = [

@@ -242,3 +242,9 @@ def _one_failure_report(view: dict[str, Any]) -> dict[str, Any]:
         "matrix": None,
         "tests": [test],
     }
+
+
+def test_a_page_that_cannot_be_rendered_says_so() -> None:
+    page = render_html({"gate": "fail"})  # no summary, no tests: not a report.json
+    assert "This page could not be rendered (KeyError(" in page
+    assert "the report is in the Markdown and JSON files beside it" in page
