@@ -248,3 +248,21 @@ def test_a_page_that_cannot_be_rendered_says_so() -> None:
     page = render_html({"gate": "fail"})  # no summary, no tests: not a report.json
     assert "This page could not be rendered (KeyError(" in page
     assert "the report is in the Markdown and JSON files beside it" in page
+
+
+def test_the_pair_matrix_puts_a_failure_in_its_row_and_column() -> None:
+    report = _one_failure_report({"location": "conformance/test_matrix.py:1"})
+    cells = [
+        {"producer": p, "consumer": c, "verdict": "passed", "gating": False}
+        for p in ("a", "b")
+        for c in ("a", "b")
+    ]
+    cells[1] = {"producer": "a", "consumer": "b", "verdict": "failed", "gating": True}
+    report["matrix"] = {"implementations": ["a", "b"], "cells": cells}
+    page = render_html(report)
+    matrix = page[
+        page.index('<section id="pairs">') : page.index("</section>", page.index("pairs"))
+    ]
+    rows = re.findall(r"<tr><th><code>(\w)</code></th>(.*?)</tr>", matrix)
+    shown = {p: re.findall(r'class="v v-(\w+)"', cells) for p, cells in rows}
+    assert shown == {"a": ["pass", "FAIL"], "b": ["pass", "pass"]}
