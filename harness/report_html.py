@@ -494,7 +494,7 @@ h1{font-size:24px}h2{font-size:18px;border-bottom:1px solid #ccd;margin-top:28px
 h3{font-size:14px;margin:0 0 4px;word-break:break-all}
 code,pre{font:12px/1.35 ui-monospace,monospace}pre{background:#f6f8fa;padding:8px;overflow:auto}
 table{border-collapse:collapse;max-width:100%}td,th{border:1px solid #d8dde3;padding:2px 6px;
-text-align:left;vertical-align:top;overflow-wrap:anywhere}
+text-align:left;vertical-align:top}td code{overflow-wrap:anywhere}a.req{white-space:nowrap}
 .gate{padding:2px 10px;border-radius:4px;color:#fff;white-space:nowrap}
 .gate-pass{background:#1a7f37}.gate-fail{background:#cf222e}.gate-incomplete{background:#9a6700}
 #verdict p{margin:2px 0}.exit{font-weight:600}
