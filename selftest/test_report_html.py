@@ -83,7 +83,7 @@ def run_browser(browser: str, page: Path, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def rendered(failing_run: Path, browser: str) -> str:
+def rendered(browser: str, failing_run: Path) -> str:  # no browser: skipped before the run
     """The failing run's page as Chromium rendered it, after its script ran."""
     return run_browser(browser, failing_run / "report.html", "--dump-dom")
 
@@ -133,7 +133,7 @@ def test_passing_tests_are_folded_and_the_script_ran(rendered: str) -> None:
     assert re.search(r'<span id="filter-count">\d+ tests shown</span>', rendered)
 
 
-def test_the_screenshot_is_taken(failing_run: Path, browser: str, tmp_path: Path) -> None:
+def test_the_screenshot_is_taken(browser: str, failing_run: Path, tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
     run_browser(
         browser, failing_run / "report.html", f"--screenshot={shot}", "--window-size=1280,2000"
@@ -142,7 +142,7 @@ def test_the_screenshot_is_taken(failing_run: Path, browser: str, tmp_path: Path
 
 
 def test_a_2000_test_page_loads_in_under_2_seconds(
-    failing_run: Path, browser: str, tmp_path: Path
+    browser: str, failing_run: Path, tmp_path: Path
 ) -> None:
     page = tmp_path / "big.html"
     page.write_text(render_html(_scaled(failing_run, 2000)), encoding="utf-8")
