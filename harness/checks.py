@@ -25,7 +25,7 @@ from .diagnosis import (
     RefusalEvidence,
     ValuesEvidence,
 )
-from .diff import ValueSource, envelope_diff, nan_tolerated, values_diff
+from .diff import E4M3_NAN, ValueSource, envelope_diff, nan_tolerated, values_diff
 from .errors import ImplementationFault, NotObservable, Quarantined, Refused
 
 T = TypeVar("T")
@@ -198,7 +198,7 @@ def compare_envelopes(
         return
     evidence = EnvelopeEvidence(expected, actual, tuple(blocks() if callable(blocks) else blocks))
     if level == "tolerant" and len(expected) == len(actual):
-        problem = _tolerant_problem(expected, actual)
+        problem = _tolerant_problem(expected, actual, nan)
         if problem is None:
             return
         raise CaseFailure(f"v2 (tolerant): {problem}\n{envelope_diff(expected, actual)}", evidence)
@@ -253,7 +253,7 @@ def _only_nans_differ(expected: bytes, actual: bytes, nan: str) -> bool:
     return True
 
 
-def _tolerant_problem(expected: bytes, actual: bytes) -> str | None:
+def _tolerant_problem(expected: bytes, actual: bytes, nan: str) -> str | None:
     try:
         reference = oracle.decode(expected)
     except oracle.Rejected as exc:
@@ -275,10 +275,19 @@ def _tolerant_problem(expected: bytes, actual: bytes) -> str | None:
         payload = got[oracle.RECORD_PREFIX_SIZE :]
         if payload[n_codes:] != record.payload[n_codes:]:
             return f"block {record.index} scales differ (they must be exact)"
-        steps = np.abs(
-            _code_ordinal(np.frombuffer(payload[:n_codes], dtype=np.uint8))
-            - _code_ordinal(np.frombuffer(record.payload[:n_codes], dtype=np.uint8))
-        )
+        got_codes = np.frombuffer(payload[:n_codes], dtype=np.uint8)
+        want_codes = np.frombuffer(record.payload[:n_codes], dtype=np.uint8)
+        # A NaN is no step from 448: NaN codes stand only for NaNs, and differ as `nan` allows
+        # (docs/decisions.md, "The tolerant v2 level").
+        got_nan, want_nan = (got_codes & E4M3_NAN) == E4M3_NAN, (want_codes & E4M3_NAN) == E4M3_NAN
+        if (got_nan & ~want_nan).any():
+            return f"block {record.index} has a NaN code where a number is expected"
+        if (want_nan & ~got_nan).any():
+            return f"block {record.index} has a number where a NaN is expected"
+        differ = want_nan & (got_codes != want_codes)
+        if (differ & ~nan_tolerated(want_codes, got_codes, nan)).any():
+            return f"block {record.index} has NaN codes that differ (nan: {nan})"
+        steps = np.abs(_code_ordinal(got_codes) - _code_ordinal(want_codes))[~want_nan]
         if steps.max(initial=0) > 1:
             return f"block {record.index} has elements more than one e4m3 code away"
     return None
