@@ -37,7 +37,7 @@ def _run(argv: Sequence[str]) -> int:
         "--report",
         metavar="DIR",
         type=Path,
-        help="write DIR/report.md, DIR/report.json and DIR/junit.xml",
+        help="write DIR/report.md, DIR/report.json, DIR/report.html and DIR/junit.xml",
     )
     known, rest = parser.parse_known_args(argv)
     args = list(rest)

@@ -117,6 +117,7 @@ def phase_of(report: pytest.TestReport) -> Phase:
         causes=tuple(Cause.from_json(c) for c in getattr(report, "tlkv_causes", ()) or ()),
         symptom=getattr(report, "tlkv_symptom", "") or "",
         not_applicable=bool(getattr(report, "tlkv_not_applicable", False)),
+        view=getattr(report, "tlkv_view", None),
     )
 
 

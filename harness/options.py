@@ -142,7 +142,8 @@ CONFORMANCE_REPORT = Option(
     "--conformance-report",
     "tlkv_conformance_report",
     "write the conformance report (each requirement's verdict per implementation, the "
-    "diagnosis, the cross-implementation matrix) to PATH.md and PATH.json (docs/report.md)",
+    "diagnosis, the cross-implementation matrix) to PATH.md, PATH.json and PATH.html "
+    "(docs/report.md)",
     None,
     "",
     (("metavar", "PATH"),),

@@ -24,6 +24,7 @@ from .adapters import AdapterSettings, open_adapter, parse_impl
 from .checks import CaseFailure, is_not_applicable, not_applicable
 from .diagnosis import attribute
 from .errors import ImplementationFault, Refused, SuiteUsageError
+from .failure_view import failure_view
 from .fuzzing import (
     FuzzRecorder,
     ShrinkBudget,
@@ -32,7 +33,7 @@ from .fuzzing import (
     write_regression,
 )
 from .gate import Gate, ReportPathError
-from .items import CaseFile, CaseItem
+from .items import CaseFile, CaseItem, display_path
 from .known import KnownFailure, load_known_failures, stale_test_entries
 from .report import KEY_PROPERTY, headline, is_should_failure, report_paths, warning_note
 from .requirements import level_of, unknown_ids
@@ -552,6 +553,7 @@ def _diagnose(item: pytest.Item, report: pytest.TestReport, call: pytest.CallInf
     report.tlkv_blamed = list(attribution.blamed)
     report.tlkv_causes = [cause.as_json() for cause in attribution.causes]
     report.tlkv_symptom = attribution.symptom
+    report.tlkv_view = _failure_view(item, failure)
     # JUnit takes the properties of the teardown report, which copies the item's.
     properties = [("blamed", ",".join(attribution.blamed))]
     if attribution.cause is not None:
@@ -567,6 +569,17 @@ def _diagnose(item: pytest.Item, report: pytest.TestReport, call: pytest.CallInf
     else:
         path, line, _ = item.location
         report.longrepr = f"{top}\n\n{path}:{(line or 0) + 1}: {item.name}\n{message}"
+
+
+def _failure_view(item: pytest.Item, failure: BaseException | None) -> dict[str, Any]:
+    """The HTML report's view of a failure (tlkv_conformance.failure_view): a YAML case's
+    text and line, or the Python test's line, and its evidence as bytes and an error grid."""
+    evidence = getattr(failure, "evidence", None)
+    if isinstance(item, CaseItem):
+        origin = item.case.origin
+        return failure_view(evidence, f"{display_path(origin.file)}:{origin.line}", origin.source)
+    path, line, _ = item.location
+    return failure_view(evidence, f"{path}:{(line or 0) + 1}")
 
 
 def _bounded_shrink_note(

@@ -95,6 +95,7 @@ class Phase:
     symptom: str = ""  # what it shows when its evidence cannot say why (a valid envelope refused)
     # a skip saying the test means nothing for this implementation (checks.not_applicable)
     not_applicable: bool = False
+    view: dict[str, Any] | None = None  # what the HTML report shows of it (failure_view)
 
 
 @dataclass
@@ -116,6 +117,7 @@ class TestResult:
     gating: bool = False  # a failure that fails the run (MUST, --strict, error, strict XPASS)
     message: str = ""
     not_applicable: bool = False  # skipped as meaning nothing for its implementation
+    view: dict[str, Any] | None = None  # the failure's view (failure_view), for report.html
 
     @property
     def warning(self) -> bool:
@@ -134,6 +136,7 @@ class TestResult:
             "outcome": self.outcome,
             "gating": self.gating,
             "message": self.message,
+            "view": self.view,
         }
 
 
@@ -194,6 +197,7 @@ class ResultLog:
         result.blamed = phase.blamed or result.blamed
         result.causes = phase.causes or result.causes
         result.symptom = phase.symptom or result.symptom
+        result.view = phase.view or result.view
         if phase.when == "call":
             self.warnings += phase.warning
             result.outcome, result.gating, result.message = "failed", not phase.warning, message
@@ -902,24 +906,28 @@ class Conformance:
     # -- files ----------------------------------------------------------------------------------
 
     def write(self, base: Path) -> list[Path]:
-        """Write BASE.md and BASE.json (creating folders), each atomically (a reader sees the
-        old report or the new one, never half of one), and return their paths."""
+        """Write BASE.md, BASE.json and BASE.html (creating folders), each atomically (a reader
+        sees the old report or the new one, never half of one), and return their paths."""
+        from .report_html import render_html  # it renders this module's JSON
+
         base.parent.mkdir(parents=True, exist_ok=True)
         md, js = report_paths(base)
+        data = self.as_json()
         for path, text in (
-            (js, json.dumps(self.as_json(), indent=2) + "\n"),
+            (js, json.dumps(data, indent=2) + "\n"),
             (md, self.markdown()),
+            (md.with_suffix(".html"), render_html(data)),
         ):
             partial = path.with_name(f".{path.name}.{self.run.run_id or os.getpid()}.partial")
             partial.write_text(text, encoding="utf-8")
             os.replace(partial, path)
-        return [md, js]
+        return [md, js, md.with_suffix(".html")]
 
 
 def report_paths(base: Path) -> tuple[Path, Path]:
-    """--conformance-report PATH writes PATH.md and PATH.json; a PATH already ending in .md or
-    .json names the pair as well."""
-    if base.suffix in (".md", ".json"):
+    """--conformance-report PATH writes PATH.md and PATH.json (and PATH.html beside them); a
+    PATH already ending in .md, .json or .html names them as well."""
+    if base.suffix in (".md", ".json", ".html"):
         base = base.with_suffix("")
     return base.with_name(base.name + ".md"), base.with_name(base.name + ".json")
 

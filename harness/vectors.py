@@ -251,7 +251,7 @@ def _envelope_vector(case: ImportCase | RejectCase, source: str) -> dict[str, An
 
 def _export_vector(case: ExportCase | RoundtripCase, source: str) -> dict[str, Any]:
     history = getattr(case, "history", ())
-    return {
+    vector = {
         **_common(case, source),
         "geometry": _geometry(case.geometry),
         "version": case.version,
@@ -261,6 +261,12 @@ def _export_vector(case: ExportCase | RoundtripCase, source: str) -> dict[str, A
         "v2_level": case.v2_level,
         "nan": case.nan,
     }
+    # A value no f16 holds is held rounded by an f16 pool, which then exports other bytes:
+    # its expectation, as ExportCase checks an f16 pool against it.
+    in_f16 = getattr(case, "expected_f16", case.expected)
+    if in_f16 != case.expected:
+        vector["f16_pool_envelope_hex"] = in_f16.hex()
+    return vector
 
 
 # -- histories --------------------------------------------------------------------------------

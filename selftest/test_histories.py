@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from tlkv_conformance import oracle, vectors
 
-from selftest import history_runner
+from selftest import envelope_runner, history_runner
 from selftest.mutation import Mutant, load_catalogue, planted
 
 CATALOGUE = {m.id: m for m in load_catalogue()}
@@ -168,9 +168,10 @@ def test_schema_refuses_broken_histories(histories_path: Path, histories: dict[s
         assert not validator.is_valid(doc)
 
 
-def test_runner_shares_nothing_with_the_suite() -> None:
-    """The runner computes no expectation: it imports no part of the suite or the oracle."""
-    tree = ast.parse(Path(history_runner.__file__).read_text(encoding="utf-8"))
+@pytest.mark.parametrize("runner", [history_runner, envelope_runner])
+def test_runner_shares_nothing_with_the_suite(runner: Any) -> None:
+    """A runner computes no expectation: it imports no part of the suite or the oracle."""
+    tree = ast.parse(Path(runner.__file__).read_text(encoding="utf-8"))
     imported = {
         alias.name if isinstance(node, ast.Import) else node.module or ""
         for node in ast.walk(tree)

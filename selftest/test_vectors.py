@@ -409,6 +409,31 @@ def _export_problem(v: dict[str, Any]) -> str | None:
     return None
 
 
+def _pool_export_problem(v: dict[str, Any]) -> str | None:
+    """Each pool precision's expectation is the oracle's export of the written blocks as that
+    pool holds them: as written (f32) and each value rounded to f16, nearest even (f16)."""
+    geometry = oracle.Geometry(**v["geometry"])
+    for dtype, key in (("f32", "envelope_hex"), ("f16", "f16_pool_envelope_hex")):
+        blocks = []
+        for block in v["blocks"]:
+            raw = np.frombuffer(bytes.fromhex(block["values_f32le_hex"]), dtype="<f4")
+            values = raw.reshape(geometry.values_shape).astype(np.float32)
+            held = oracle.round_to_f16(values) if dtype == "f16" else values
+            blocks.append(oracle.Block(int(block["hash"], 16), block["n_tokens"], held))
+        expected = oracle.encode(geometry, blocks, v["version"]).hex()
+        if v.get(key, v["envelope_hex"]) != expected:
+            return f"an {dtype} pool's expected export is not the oracle's ({key})"
+    return None
+
+
+def test_each_pool_precision_has_its_export(docs: dict[str, dict[str, Any]]) -> None:
+    exports = docs[vectors.EXPORTS_FILE]["vectors"]
+    assert not _problems(exports, _pool_export_problem)
+    # the one case whose values no f16 holds (docs/vectors.md)
+    split = [v["source"] for v in exports if "f16_pool_envelope_hex" in v]
+    assert split == ["cases/writer-v2.yaml::tiny-slabs"]
+
+
 def test_export_vectors(docs: dict[str, dict[str, Any]]) -> None:
     exports = docs[vectors.EXPORTS_FILE]["vectors"]
     assert not _problems(exports, _export_problem)
