@@ -558,6 +558,16 @@ def test_a_skip_that_could_have_shown_a_must_fails_the_gate(
     assert "V2-SCALE" not in run.output.split("TLKV conformance")[-1]
 
 
+def test_a_run_citing_no_requirement_owes_nothing(scratch_cases: Path, tmp_path: Path) -> None:
+    """Tests that cite no requirement (the self-tests, in a checkout whose ini names --impl=ref)
+    ask nothing of the format: the run keeps pytest's status instead of 6."""
+    tests = scratch_cases.parent / "test_plain.py"
+    tests.write_text("def test_plain():\n    assert 1 + 1 == 2\n", encoding="utf-8")
+    run, report, _ = _run(tmp_path, "--impl=ref", str(tests.relative_to(ROOT)))
+    assert run.returncode == 0, run.output[-3000:]
+    assert report["not_shown"] == {}
+
+
 def test_implementation_identity() -> None:
     assert parse_impl("ref").identity == parse_impl("py:tlkv_conformance.references.pyref").identity
     assert parse_impl("ref,name=pyref").identity == "pyref"
