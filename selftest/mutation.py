@@ -440,12 +440,19 @@ def held_out(only: Sequence[str], out: Path, jobs: int) -> int:
         print(f"no held-out mutant {', '.join(unknown)}", file=sys.stderr)
         return 2
     chosen = [m for m in mutants if not only or m.id in only]
+    outcomes = []
     with ThreadPoolExecutor(jobs) as pool:
-        outcomes = list(pool.map(lambda m: _run_one(m, first_failure=True), chosen))
-    for o in outcomes:
-        first = o.killers[0] if o.killers else "-"
-        verdict = held_out_verdict(o) if o.killed else "NOT CAUGHT"
-        print(f"{o.mutant.id}: {verdict}; {first}; {o.first_diagnosis or '-'}: {o.first_title}")
+        try:
+            for o in pool.map(lambda m: _run_one(m, first_failure=True), chosen):
+                outcomes.append(o)
+                first = o.killers[0] if o.killers else "-"
+                verdict = held_out_verdict(o) if o.killed else "NOT CAUGHT"
+                cause = f"{o.first_diagnosis or '-'}: {o.first_title}"
+                print(f"{o.mutant.id}: {verdict}; {first}; {cause}", flush=True)
+        except MutantError as exc:
+            pool.shutdown(cancel_futures=True)
+            print(str(exc).splitlines()[0], file=sys.stderr)
+            return 2
     for line in held_out_figures(outcomes):
         print(line.removeprefix("- "))
     if not only:
