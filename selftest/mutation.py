@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -367,6 +368,8 @@ def _run_one(mutant: Mutant, first_failure: bool = False) -> Outcome:
 # -- the held-out set ---------------------------------------------------------------------------
 
 VERDICTS = ("right", "none", "wrong", "unjudged")
+# A test parametrized by the implementation names the run's temporary library in its id.
+TEMPORARY_IMPL = re.compile(r"\[ctypes:[^]]*\]")
 
 
 def held_out_verdict(outcome: Outcome) -> str:
@@ -421,7 +424,7 @@ def held_out_report(outcomes: Sequence[Outcome]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
-        first = f"`{o.killers[0]}`" if o.killers else "-"
+        first = f"`{TEMPORARY_IMPL.sub('[ctypes:...]', o.killers[0])}`" if o.killers else "-"
         verdict = held_out_verdict(o) if o.killed else "-"
         title = o.first_title.replace("|", "\\|") or "-"
         lines.append(
