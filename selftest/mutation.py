@@ -1,9 +1,11 @@
 """Mutants of the bundled references, and the conformance suite run against each of them.
 
-`load_catalogue()` reads selftest/mutants/catalogue.yaml; `run_mutant()` plants one mutant's
-bug in a copy of its reference, builds or serves it, runs the suite against it and says which
-cases caught it. `python -m selftest.mutation matrix` runs every mutant through the whole suite
-and writes the kill matrix of mutants against requirements (docs/kill-matrix.md).
+`load_catalogue()` reads selftest/mutants/catalogue.yaml (or, given its path, the held-out set
+selftest/mutants/held-out.yaml); `run_mutant()` plants one mutant's bug in a copy of its
+reference, builds or serves it, runs the suite against it and says which cases caught it.
+`python -m selftest.mutation matrix` runs every mutant through the whole suite and writes the
+kill matrix of mutants against requirements (docs/kill-matrix.md); `python -m selftest.mutation
+held-out` measures the diagnosis on the held-out set (docs/held-out.md).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -34,6 +37,8 @@ from selftest.support import (
 )
 
 CATALOGUE = Path(__file__).with_name("mutants") / "catalogue.yaml"
+# Mistakes written without reading the diagnosis, never used to tune it (docs/held-out.md).
+HELD_OUT = Path(__file__).with_name("mutants") / "held-out.yaml"
 TARGETS = {
     "c": ROOT / "reference" / "clib" / "tl_kv_ref.c",
     "py": ROOT / "reference" / "pyref.py",
@@ -79,6 +84,9 @@ class Mutant:
     # own; others name the same mistake as seen from another side)
     reqs: tuple[str, ...] = ()
     cause: tuple[str, ...] = ()
+    # held-out mutants: the diagnosis ids a judge accepts as naming the mistake (empty: not
+    # judged yet); they have no `cause`, which is the catalogue's tuning data
+    accept: tuple[str, ...] = ()
     # why the first failure's diagnosis cannot name it, or its blame cannot be the mutated
     # requirements alone (known gaps, kept as data with their reason; empty: it must)
     diagnosis_gap: str = ""
@@ -98,13 +106,19 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Mutant]:
         patch = tuple((p["old"], p["new"]) for p in entry.pop("patch"))
         args = tuple(entry.pop("args", ()))
         reqs = tuple(entry.pop("reqs", ()))
-        cause = entry.pop("cause", ())
-        cause = (cause,) if isinstance(cause, str) else tuple(cause)
-        mutant = Mutant(patch=patch, args=args, reqs=reqs, cause=cause, **entry)
+        cause, accept = (_ids(entry.pop(key, None)) for key in ("cause", "accept"))
+        mutant = Mutant(patch=patch, args=args, reqs=reqs, cause=cause, accept=accept, **entry)
         if mutant.expect not in EXPECTATIONS:
             raise ValueError(f"{mutant.id}: expect {mutant.expect!r}, not one of {EXPECTATIONS}")
         mutants.append(mutant)
     return mutants
+
+
+def _ids(value: str | list[str] | None) -> tuple[str, ...]:
+    """A YAML field of diagnosis ids: one id, a list, or empty."""
+    if not value:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 class MutantError(RuntimeError):
@@ -151,6 +165,12 @@ class Outcome:
             found = self.report.get("start_here") or []
             return found[0]["id"] if found else ""
         return self.run.diagnoses.get(self.killers[0], "") if self.killers else ""
+
+    @property
+    def first_title(self) -> str:
+        """The report's title of the first probable cause; '' without a report or a cause."""
+        found = (self.report or {}).get("start_here") or []
+        return found[0].get("title", "") if found else ""
 
     @property
     def named(self) -> bool:
@@ -328,16 +348,120 @@ def diagnosis_figures(outcomes: Sequence[Outcome]) -> list[str]:
     ]
 
 
-def _run_one(mutant: Mutant) -> Outcome:
+def run_reported(mutant: Mutant, workdir: Path, first_failure: bool = False) -> Outcome:
+    """run_mutant with a conformance report, read into the outcome (its probable causes)."""
+    report = workdir / "report"
+    outcome = run_mutant(
+        mutant, workdir, extra=[f"--conformance-report={report}"], first_failure=first_failure
+    )
+    json_report = report.with_name("report.json")
+    if json_report.exists():
+        outcome.report = json.loads(json_report.read_text(encoding="utf-8"))
+    return outcome
+
+
+def _run_one(mutant: Mutant, first_failure: bool = False) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="mutant-") as workdir:
-        report = Path(workdir) / "report"
-        outcome = run_mutant(
-            mutant, Path(workdir), extra=[f"--conformance-report={report}"], first_failure=False
+        return run_reported(mutant, Path(workdir), first_failure)
+
+
+# -- the held-out set ---------------------------------------------------------------------------
+
+VERDICTS = ("right", "none", "wrong", "unjudged")
+# A test parametrized by the implementation names the run's temporary library in its id.
+TEMPORARY_IMPL = re.compile(r"\[ctypes:[^]]*\]")
+
+
+def held_out_verdict(outcome: Outcome) -> str:
+    """right: the first probable cause is one the judge accepts for the mistake; none: there is
+    no probable cause; wrong: a cause the judge does not accept; unjudged: no `accept` yet."""
+    cause = outcome.first_diagnosis
+    if not cause:
+        return "none"
+    if not outcome.mutant.accept:
+        return "unjudged"
+    return "right" if cause in outcome.mutant.accept else "wrong"
+
+
+def held_out_figures(outcomes: Sequence[Outcome]) -> list[str]:
+    """The diagnosis's figures on the held-out set, as Markdown lines."""
+    caught = [o for o in outcomes if o.killed]
+    counts = {v: sum(held_out_verdict(o) == v for o in caught) for v in VERDICTS}
+    total = max(len(caught), 1)
+    lines = [
+        f"- Caught: {len(caught)} of {len(outcomes)}.",
+        "- First probable cause of the caught ones: "
+        + "; ".join(f"{v} {counts[v]} ({counts[v] / total:.0%})" for v in VERDICTS)
+        + ".",
+    ]
+    unjudged = sorted({o.first_diagnosis for o in caught if held_out_verdict(o) == "unjudged"})
+    if unjudged:
+        lines.append(f"- Causes seen where `accept` is empty: {', '.join(unjudged)}.")
+    return lines
+
+
+def held_out_report(outcomes: Sequence[Outcome]) -> str:
+    """docs/held-out.md: per held-out mutant, its first failure and probable cause, and the
+    figures."""
+    lines = [
+        "# The diagnosis on the held-out set",
+        "",
+        "Generated by `python -m selftest.mutation held-out` (refresh: run it again; `--only ID`",
+        "runs one mutant and writes nothing). selftest/mutants/held-out.yaml holds mistakes",
+        "written from the format and the contract without reading the diagnosis, kept apart",
+        "from the catalogue its signatures were tuned on (selftest/test_held_out.py checks the",
+        "two are disjoint). Each mutant runs its suite to the first failure (`-x`, as",
+        "selftest/test_mutants.py does) with a conformance report; the probable cause is the",
+        "report's first.",
+        "",
+        "Verdict: *right* when the cause is in the mutant's `accept` list, *none* when there is",
+        "no probable cause, *wrong* when it is another cause, *unjudged* while `accept` is empty",
+        "(a judge fills it by mapping each description to the diagnosis's cause ids).",
+        "",
+        *held_out_figures(outcomes),
+        "",
+        "| mutant | family | caught | first failure | probable cause | title | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for o in outcomes:
+        first = f"`{TEMPORARY_IMPL.sub('[ctypes:...]', o.killers[0])}`" if o.killers else "-"
+        verdict = held_out_verdict(o) if o.killed else "-"
+        title = o.first_title.replace("|", "\\|") or "-"
+        lines.append(
+            f"| {o.mutant.id} | {o.mutant.family} | {'yes' if o.killed else '**no**'} | "
+            f"{first} | {o.first_diagnosis or '-'} | {title} | {verdict} |"
         )
-        json_report = report.with_name("report.json")
-        if json_report.exists():
-            outcome.report = json.loads(json_report.read_text(encoding="utf-8"))
-        return outcome
+    return "\n".join(lines) + "\n"
+
+
+def held_out(only: Sequence[str], out: Path, jobs: int) -> int:
+    """Run the held-out mutants (those in `only`, else all), print each and the figures, and
+    with all of them write `out`; 1 when one is not caught."""
+    mutants = load_catalogue(HELD_OUT)
+    unknown = sorted(set(only) - {m.id for m in mutants})
+    if unknown:
+        print(f"no held-out mutant {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    chosen = [m for m in mutants if not only or m.id in only]
+    outcomes = []
+    with ThreadPoolExecutor(jobs) as pool:
+        try:
+            for o in pool.map(lambda m: _run_one(m, first_failure=True), chosen):
+                outcomes.append(o)
+                first = o.killers[0] if o.killers else "-"
+                verdict = held_out_verdict(o) if o.killed else "NOT CAUGHT"
+                cause = f"{o.first_diagnosis or '-'}: {o.first_title}"
+                print(f"{o.mutant.id}: {verdict}; {first}; {cause}", flush=True)
+        except MutantError as exc:
+            pool.shutdown(cancel_futures=True)
+            print(str(exc).splitlines()[0], file=sys.stderr)
+            return 2
+    for line in held_out_figures(outcomes):
+        print(line.removeprefix("- "))
+    if not only:
+        out.write_text(held_out_report(outcomes), encoding="utf-8")
+        print(f"wrote {out}")
+    return 0 if all(o.killed for o in outcomes) else 1
 
 
 FUZZ_TESTS = "conformance/test_fuzz.py"
@@ -373,9 +497,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     matrix.add_argument("--jobs", type=int, default=2)
     figure = sub.add_parser("fuzz-figure", help="reader-side mutants caught by fuzzing alone")
     figure.add_argument("--jobs", type=int, default=2)
+    held = sub.add_parser("held-out", help="the diagnosis's figures on the held-out set")
+    held.add_argument("--only", action="append", default=[], metavar="ID")
+    held.add_argument("--out", type=Path, default=ROOT / "docs" / "held-out.md")
+    held.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args(argv)
     if args.command == "fuzz-figure":
         return fuzz_figure(args.jobs)
+    if args.command == "held-out":
+        return held_out(args.only, args.out, args.jobs)
     mutants = load_catalogue()
     with ThreadPoolExecutor(args.jobs) as pool:
         outcomes = list(pool.map(_run_one, mutants))
