@@ -46,8 +46,8 @@ from selftest.mutation import (  # noqa: E402 - after the path is set
     SUITE_ARGS,
     Mutant,
     MutantError,
+    chosen_mutants,
     group_of,
-    load_catalogue,
     planted,
     reference_of,
 )
@@ -146,16 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(args.repeat, args.jobs, args.every) < 1:
         parser.error("--repeat, --jobs and --every must be at least 1")
 
-    mutants = load_catalogue()
-    if args.only:
-        unknown = sorted(set(args.only) - {m.id for m in mutants})
-        if unknown:
-            parser.error(f"no such mutant: {', '.join(unknown)}")
-        mutants = [m for m in mutants if m.id in args.only]
-    if args.family:
-        mutants = [m for m in mutants if m.family == args.family]
-    if not mutants:
-        parser.error("no mutant chosen")
+    try:
+        mutants = chosen_mutants(args.only, args.family)
+    except ValueError as exc:
+        parser.error(str(exc))
     references = {group_of(m): reference_of(m) for m in mutants}
     extra = list(SUITE_ARGS) if args.mutation_args else []
     print(

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from selftest.known_round_trip import round_trip  # noqa: E402 - after the path is set
-from selftest.mutation import Mutant, MutantError, load_catalogue  # noqa: E402
+from selftest.mutation import Mutant, MutantError, chosen_mutants  # noqa: E402
 
 
 def one(mutant: Mutant, keep: Path | None) -> tuple[str, list[str]]:
@@ -58,16 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="mutants at once (default 1)")
     parser.add_argument("--keep", type=Path, help="keep each mutant's written list here")
     args = parser.parse_args(argv)
-    mutants = load_catalogue()
-    if args.only:
-        unknown = sorted(set(args.only) - {m.id for m in mutants})
-        if unknown:
-            parser.error(f"no such mutant: {', '.join(unknown)}")
-        mutants = [m for m in mutants if m.id in args.only]
-    if args.family:
-        mutants = [m for m in mutants if m.family == args.family]
-    if not mutants or args.jobs < 1:
-        parser.error("no mutant chosen" if not mutants else "--jobs must be at least 1")
+    try:
+        mutants = chosen_mutants(args.only, args.family)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     print(f"{len(mutants)} mutants, {args.jobs} at a time", flush=True)
     start = time.monotonic()
     broken = []

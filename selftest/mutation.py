@@ -107,6 +107,22 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Mutant]:
     return mutants
 
 
+def chosen_mutants(only: Sequence[str] | None, family: str | None) -> list[Mutant]:
+    """The catalogue's mutants a benchmark's --only IDS and --family F choose (all without);
+    ValueError naming what chooses none."""
+    mutants = load_catalogue()
+    if only:
+        unknown = sorted(set(only) - {m.id for m in mutants})
+        if unknown:
+            raise ValueError(f"no such mutant: {', '.join(unknown)}")
+        mutants = [m for m in mutants if m.id in only]
+    if family:
+        mutants = [m for m in mutants if m.family == family]
+    if not mutants:
+        raise ValueError("no mutant chosen")
+    return mutants
+
+
 class MutantError(RuntimeError):
     """The mutant could not be built or run: a fault of the catalogue, not a survivor."""
 
