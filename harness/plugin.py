@@ -510,7 +510,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         # The message alone, for the conformance report; an attribute, so that it travels
         # with the report from an xdist worker.
         report.tlkv_detail = _detail(report, call)
-    if report.failed and call.when == "call" and not hasattr(report, "tlkv_known"):
+    if report.failed and call.when == "call":
         _note_should_failure(item, report)
     return report
 
@@ -520,7 +520,8 @@ def _apply_known_failures(
 ) -> None:
     """The known-failures list, after the fact (as the SHOULD level): a failure it covers
     (harness/known.py, coverage: on the requirements it is blamed on) becomes an expected
-    failure; a passing test a strict entry lists makes that entry stale and fails. Every
+    failure; a passing test an entry lists is an XPASS, and a strict entry is then stale (the
+    gate fails the run at its end, naming it). Every
     failure is recorded on its report as the writer sees it (--write-known-failures), so that
     the list written covers what this decision covers. Attributes, so that they travel from
     an xdist worker."""
