@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from .errors import SuiteUsageError
+from .report import test_key
 from .requirements import requirements
 from .yamlsource import YamlSourceError, load_yaml
 
@@ -39,22 +40,26 @@ class FailedTest:
     its ids, the --impl it ran against ('' for a matrix test), the requirements it is blamed
     on (none for a failed setup)."""
 
-    nodeid: str
-    key: str  # its corpus id, what a written entry lists
+    ids: tuple[str, ...]  # its pytest node id, its corpus id, its key
+    key: str  # what a written entry lists: its corpus id, the --impl label in it as `*`
     label: str
     blamed: tuple[str, ...]
 
-    @property
-    def ids(self) -> tuple[str, str]:
-        return (self.nodeid, self.key)
-
     def as_json(self) -> list[Any]:
-        return [self.nodeid, self.key, self.label, list(self.blamed)]
+        return [list(self.ids), self.key, self.label, list(self.blamed)]
 
     @classmethod
     def from_json(cls, data: Sequence[Any]) -> FailedTest:
-        nodeid, key, label, blamed = data
-        return cls(str(nodeid), str(key), str(label), tuple(map(str, blamed)))
+        ids, key, label, blamed = data
+        return cls(tuple(map(str, ids)), str(key), str(label), tuple(map(str, blamed)))
+
+
+def known_ids(nodeid: str, corpus_id: str, label: str) -> tuple[tuple[str, ...], str]:
+    """A test's ids for matching entries, and its key: its corpus id with the --impl label in
+    its parameters as `*`, so that a list written against a library at one path applies to
+    the same tests of a build at another."""
+    key = test_key(corpus_id, label) if label else corpus_id
+    return (nodeid, corpus_id, key), key
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from .known import (
     KnownFailure,
     WrittenBy,
     covering_entries,
+    known_ids,
     listing_entries,
     load_known_failures,
     stale_test_entries,
@@ -527,10 +528,10 @@ def _apply_known_failures(
     an xdist worker."""
     known = item.config.stash.get(KNOWN, [])
     label = _item_label(item)
-    ids = (item.nodeid, corpus_id(item))
+    ids, key = known_ids(item.nodeid, corpus_id(item), label)
     if report.failed:
         blamed = tuple(getattr(report, "tlkv_blamed", ())) if call.when == "call" else ()
-        failure = FailedTest(item.nodeid, ids[1], label, blamed)
+        failure = FailedTest(ids, key, label, blamed)
         report.tlkv_failure = failure.as_json()
         covering = covering_entries(known, failure)
         if covering:
@@ -538,15 +539,15 @@ def _apply_known_failures(
             report.wasxfail = "known failure: " + "; ".join(
                 f"{e.reason} ({e.shown()})" for e in covering
             )
-            report.tlkv_known = [[e.source, COVERED, ids[1]] for e in covering]
+            report.tlkv_known = [[e.source, COVERED, key] for e in covering]
         return
     if call.when != "call" or not report.passed or not known:
         return
     listing = listing_entries(known, ids, label)
     cited = item.stash[REQS][0] if REQS in item.stash else ()
     unlisted = unlisted_requirement_entries(known, cited, label)
-    outcomes = [[e.source, CITED_PASSED, ids[1]] for e in unlisted]
-    outcomes += [[e.source, STALE, ids[1]] for e in listing if e.strict]
+    outcomes = [[e.source, CITED_PASSED, key] for e in unlisted]
+    outcomes += [[e.source, STALE, key] for e in listing if e.strict]
     if outcomes:
         report.tlkv_known = outcomes
     if listing:

@@ -14,6 +14,8 @@ from tlkv_conformance.known import (
     WrittenBy,
     covering_entries,
     known_failures_text,
+    known_ids,
+    listing_entries,
     load_known_failures,
 )
 
@@ -29,7 +31,7 @@ def requirement_entry(req: str, impl: str = "*") -> KnownFailure:
 
 
 def failed(key: str, *blamed: str, label: str = "ctypes:engine.so") -> FailedTest:
-    return FailedTest(key, key, label, blamed)
+    return FailedTest((key,), key, label, blamed)
 
 
 def test_a_requirement_entry_covers_what_is_blamed_on_it_not_what_cites_it() -> None:
@@ -182,3 +184,16 @@ def test_a_list_from_one_mutant_does_not_cover_another(trips, tmp_path: Path) ->
     assert run.returncode == 1, run.output[-3000:]
     assert run.failed == other.written.failed, run.output[-3000:]
     assert not run.with_outcome("xfailed")
+
+
+def test_a_listed_test_is_the_same_test_against_another_build() -> None:
+    """Tests parametrized by the --impl label are listed with `*` for it: the list written
+    against a library at one path names the same tests of a build at another."""
+    parity = "conformance/test_parity.py::test_import[kv.wire.v1/empty-{}]"
+    a, b = parity.format("ctypes:a/lib.so"), parity.format("ctypes:b/lib.so")
+    written_ids, key = known_ids(a, a, "ctypes:a/lib.so")
+    assert key == parity.format("*")
+    entry = KnownFailure("NAN-SIGN", True, "t", True, "*", "k:1", (key,))
+    ids, _ = known_ids(b, b, "ctypes:b/lib.so")
+    assert listing_entries([entry], ids, "ctypes:b/lib.so") == [entry]
+    assert written_ids[0] not in ids
