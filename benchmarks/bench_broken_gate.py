@@ -46,8 +46,10 @@ from selftest.mutation import (  # noqa: E402 - after the path is set
     SUITE_ARGS,
     Mutant,
     MutantError,
-    load_catalogue,
+    chosen_mutants,
+    group_of,
     planted,
+    reference_of,
 )
 from selftest.support import run_conformance  # noqa: E402
 
@@ -65,24 +67,6 @@ class Timing:
     status: int | str  # the exit status, or what went wrong ("timeout", "error: ...")
     summary: str
     hung: float = 0.0  # seconds spent waiting out call timeouts (one per test that hit one)
-
-
-def reference_of(mutant: Mutant) -> Mutant:
-    """The mutant without its bug: the reference it was planted in, built, served and run
-    exactly as the mutant is."""
-    return dataclasses.replace(mutant, id=f"reference-{group_of(mutant)}", patch=())
-
-
-def group_of(mutant: Mutant) -> str:
-    """Which passing gate a mutant's is compared with (mutants sharing one share it)."""
-    parts = [mutant.target, mutant.variant]
-    if mutant.sanitize:
-        parts.append("asan")
-    if mutant.server:
-        parts.append("x".join(str(v) for v in mutant.server.get("geometry", [])) or "server")
-    if mutant.args:  # e.g. ("cases/transfer.yaml", "-k", "4-mib") -> transfer.4-mib
-        parts.append(".".join(Path(a).stem for a in mutant.args if not a.startswith("-")))
-    return "-".join(parts)
 
 
 def plan(mutants: Sequence[Mutant], round_: int, every: int) -> list[tuple[str, Mutant, int]]:
@@ -162,16 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(args.repeat, args.jobs, args.every) < 1:
         parser.error("--repeat, --jobs and --every must be at least 1")
 
-    mutants = load_catalogue()
-    if args.only:
-        unknown = sorted(set(args.only) - {m.id for m in mutants})
-        if unknown:
-            parser.error(f"no such mutant: {', '.join(unknown)}")
-        mutants = [m for m in mutants if m.id in args.only]
-    if args.family:
-        mutants = [m for m in mutants if m.family == args.family]
-    if not mutants:
-        parser.error("no mutant chosen")
+    try:
+        mutants = chosen_mutants(args.only, args.family)
+    except ValueError as exc:
+        parser.error(str(exc))
     references = {group_of(m): reference_of(m) for m in mutants}
     extra = list(SUITE_ARGS) if args.mutation_args else []
     print(

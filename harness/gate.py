@@ -32,9 +32,8 @@ import pytest
 
 from .cli import COMPLETION_ENV
 from .diagnosis import Cause
-from .known import KnownFailure, known_failures_text, stale_requirement_entries
+from .known import FailedTest, KnownFailure, WrittenBy, known_failures_text, stale_entries
 from .report import Conformance, Impl, Phase, ResultLog, RunInfo, report_paths
-from .requirements import requirements
 
 EXIT_INTERNAL = 3
 # The run completed without a failure but did not show every MUST requirement that applies
@@ -131,6 +130,7 @@ class Gate:
         impls: Callable[[], list[Impl]],
         run_settings: dict[str, Any],
         known: list[KnownFailure],
+        known_written_by: list[WrittenBy],
         report_base: Path | None,
         deadline: float | None,
         write_known: Path | None,
@@ -140,6 +140,7 @@ class Gate:
         self.config = config
         self.impls = impls
         self.known = known
+        self.known_written_by = known_written_by
         self.report_base = report_base
         self.write_known = write_known
         self.run_id = uuid.uuid4().hex[:12]
@@ -156,7 +157,10 @@ class Gate:
         self.conformance: Conformance | None = None
         self.written: list[Path] = []
         self.warnings: list[pytest.TestReport] = []
-        self.known_outcomes: dict[KnownFailure, list[str]] = {}
+        # per entry: (covered | stale | cited-passed, test), as the plugin decided them
+        self.known_outcomes: dict[KnownFailure, list[tuple[str, str]]] = {}
+        self.failed_tests: list[FailedTest] = []  # what --write-known-failures covers
+        self.stale_lines: list[str] = []
         self._known_by_source = {entry.source: entry for entry in known}
         self.lock = ReportLock(report_base, self.run_id) if report_base else None
         if self.lock:
@@ -174,10 +178,13 @@ class Gate:
         self.log.add(phase_of(report))
         if getattr(report, "tlkv_warning", False):
             self.warnings.append(report)
-        for source in getattr(report, "tlkv_known", ()):
+        for source, outcome, test in getattr(report, "tlkv_known", ()):
             entry = self._known_by_source.get(source)
-            if entry and (report.when == "call" or (report.when == "setup" and report.skipped)):
-                self.known_outcomes.setdefault(entry, []).append(_known_outcome(report))
+            if entry:
+                self.known_outcomes.setdefault(entry, []).append((outcome, test))
+        failure = getattr(report, "tlkv_failure", None)
+        if failure is not None:
+            self.failed_tests.append(FailedTest.from_json(failure))
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -215,13 +222,15 @@ class Gate:
         status = int(session.exitstatus)
         if reason and status == 0:
             status = int(pytest.ExitCode.INTERRUPTED)
-        stale = stale_requirement_entries(self.known, self.known_outcomes)
-        for entry in stale:
-            self.log.add_collection_error(
-                "",
-                f"stale known failure {entry.source}: every test citing {entry.target} passed "
-                "(the bug is fixed: remove the entry)",
+        stale = stale_entries(self.known, self.known_outcomes)
+        for entry, passed in stale:
+            more = f" and {len(passed) - 3} more" if len(passed) > 3 else ""
+            line = (
+                f"stale known failure {entry.shown()} (XPASS(strict)): {', '.join(passed[:3])}"
+                f"{more} passed; the bug is fixed, remove the entry"
             )
+            self.stale_lines.append(line)
+            self.log.add_collection_error("", line)
         if stale and status == 0:
             status = int(pytest.ExitCode.TESTS_FAILED)
         info = dataclasses.replace(
@@ -248,22 +257,31 @@ class Gate:
         _write_completion(self.run_id, status, not reason)
 
     def _write_known_failures(self) -> None:
-        assert self.conformance is not None
+        from . import __version__
+
         assert self.write_known is not None
-        table = requirements()
-        failures = []
-        for result in self.conformance.failures:
-            label = result.roles.get("impl")
-            if not label:
-                continue
-            blamed = (
-                result.blamed or [r for r in result.reqs if table[r].is_must] or list(result.reqs)
-            )
-            failures += [(label, req, [result.key]) for req in blamed]
+        builds = {impl.label: impl.fingerprint or impl.identity for impl in self.impls()}
+        text = known_failures_text(self.failed_tests, __version__, builds)
         self.write_known.parent.mkdir(parents=True, exist_ok=True)
-        self.write_known.write_text(known_failures_text(failures), encoding="utf-8")
+        self.write_known.write_text(text, encoding="utf-8")
+
+    def _known_list_differences(self) -> list[str]:
+        """A list written from another build or suite version: said, not failed (its stale
+        or missing entries fail the run on their own)."""
+        from . import __version__
+
+        builds = {impl.label: impl.fingerprint or impl.identity for impl in self.impls()}
+        return [
+            line
+            for written_by in self.known_written_by
+            for line in written_by.differences(__version__, builds)
+        ]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for line in self._known_list_differences():
+            terminalreporter.write_line(f"WARNING: {line}", yellow=True)
+        for line in self.stale_lines:
+            terminalreporter.write_line(f"ERROR: {line}", red=True, bold=True)
         if self.warnings:
             terminalreporter.section("SHOULD-level warnings", sep="_", yellow=True)
             for report in self.warnings:
@@ -290,12 +308,6 @@ def _exit_code(status: int) -> int:
         return pytest.ExitCode(status)
     except ValueError:
         return status
-
-
-def _known_outcome(report: pytest.TestReport) -> str:
-    if hasattr(report, "wasxfail"):
-        return "xfailed" if report.skipped else "xpassed"
-    return report.outcome
 
 
 def _interrupt(signum: int, frame: Any) -> None:

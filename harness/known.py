@@ -1,28 +1,65 @@
 """Known failures: engine bugs a team tracks while its gate stays green (docs/cases.md).
 
 An entry names a test (its corpus id, `cases/reader-v1.yaml::crc-big-endian`, or its pytest
-node id) or a requirement id (every test citing it: one entry per engine bug, not per test),
-with the reason. Listed tests run as expected failures. A strict entry that no longer fails
-fails the run, so the list cannot go stale: a test entry when its test passes, a requirement
-entry when every test citing it passes. `--write-known-failures FILE` writes a list from a run.
+node id) or a requirement id, with the reason. A requirement entry covers the failures BLAMED on
+that requirement (their own diagnosis, decided when each fails; docs/diagnosis.md), one entry
+per engine bug: a failure blamed on several requirements is covered only when every one of them
+has an entry. `coverage` decides it, for the gate (the plugin, when a test fails) and for
+`--write-known-failures` alike, so a list written from a run covers exactly that run's failures.
+
+An entry's `tests` are the record of what failed: a strict entry one of whose listed tests
+passes is stale and fails the run (a test entry: its test passes; a hand-written requirement
+entry without `tests`: it covered nothing while a test citing its requirement passed).
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections import defaultdict
+import glob
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-import pytest
 import yaml
 
 from .errors import SuiteUsageError
+from .report import test_key
 from .requirements import requirements
 from .yamlsource import YamlSourceError, load_yaml
 
 ENTRY_KEYS = {"case", "requirement", "reason", "strict", "impl", "tests"}
+# A written file: what wrote it, then its entries (a hand-written file may be the list alone).
+FILE_KEYS = {"written_by", "entries"}
+TODO_REASON = "TODO: the engine bug behind this, and its ticket"
+
+
+@dataclass(frozen=True)
+class FailedTest:
+    """A failed test as a known-failures list sees it, recorded on its report when it fails:
+    its ids, the --impl it ran against ('' for a matrix test), the requirements it is blamed
+    on (none for a failed setup)."""
+
+    ids: tuple[str, ...]  # its pytest node id, its corpus id, its key
+    key: str  # what a written entry lists: its corpus id, the --impl label in it as `*`
+    label: str
+    blamed: tuple[str, ...]
+
+    def as_json(self) -> list[Any]:
+        return [list(self.ids), self.key, self.label, list(self.blamed)]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Any]) -> FailedTest:
+        ids, key, label, blamed = data
+        return cls(tuple(map(str, ids)), str(key), str(label), tuple(map(str, blamed)))
+
+
+def known_ids(nodeid: str, corpus_id: str, label: str) -> tuple[tuple[str, ...], str]:
+    """A test's ids for matching entries, and its key: its corpus id with the --impl label in
+    its parameters as `*`, so that a list written against a library at one path applies to
+    the same tests of a build at another."""
+    key = test_key(corpus_id, label) if label else corpus_id
+    return (nodeid, corpus_id, key), key
 
 
 @dataclass(frozen=True)
@@ -33,57 +70,170 @@ class KnownFailure:
     strict: bool
     impl: str  # a glob on the --impl label
     source: str  # file:line, for messages
+    tests: tuple[str, ...] = field(default=(), compare=False)  # what failed when it was listed
 
-    def matches(self, ids: Iterable[str], reqs: Sequence[str], label: str) -> bool:
-        if not fnmatch.fnmatchcase(label, self.impl):
-            return False
-        if self.is_requirement:
-            return self.target in reqs
-        return self.target in {i for test_id in ids for i in (test_id, test_id.split("[")[0])}
+    def applies_to(self, label: str) -> bool:
+        return fnmatch.fnmatchcase(label, self.impl)
 
-    def marker(self) -> pytest.MarkDecorator:
-        # A requirement entry covers tests that fail and tests that pass alike: its staleness is
-        # judged over all of them at the end (stale_requirement_entries), not per test.
-        strict = self.strict and not self.is_requirement
-        return pytest.mark.xfail(reason=f"known failure: {self.reason}", strict=strict)
+    def names(self, ids: Iterable[str]) -> bool:
+        """A test entry naming one of these test ids (or the test they parametrize)."""
+        return not self.is_requirement and self.target in _with_bases(ids)
+
+    def lists(self, ids: Iterable[str]) -> bool:
+        """Whether the entry's record holds this test: a test entry's own test, or one of a
+        requirement entry's `tests`."""
+        if not self.is_requirement:
+            return self.names(ids)
+        return bool(set(self.tests) & _with_bases(ids))
+
+    def shown(self) -> str:
+        return f"{self.source}: {'requirement ' if self.is_requirement else ''}{self.target}"
 
 
-def load_known_failures(paths: Iterable[Path]) -> list[KnownFailure]:
-    known = []
+def _with_bases(ids: Iterable[str]) -> set[str]:
+    return {i for test_id in ids for i in (test_id, test_id.split("[")[0])}
+
+
+def coverage(
+    known: Sequence[KnownFailure], failure: FailedTest
+) -> tuple[list[KnownFailure], list[str]]:
+    """The entries that cover a failure, and the requirements it is blamed on that no entry
+    names. A test entry naming the test covers it alone; otherwise the requirement entries of
+    its blamed requirements do, when they name every one (a failure blamed on none needs a
+    test entry). The one decision the gate and the writer share: see `covering_entries`."""
+    entries = [e for e in known if e.applies_to(failure.label)]
+    by_test = [e for e in entries if e.names(failure.ids)]
+    if by_test:
+        return by_test, []
+    by_requirement = [e for e in entries if e.is_requirement and e.target in failure.blamed]
+    named = {e.target for e in by_requirement}
+    return by_requirement, [r for r in failure.blamed if r not in named]
+
+
+def covering_entries(known: Sequence[KnownFailure], failure: FailedTest) -> list[KnownFailure]:
+    """The entries covering a failure, or none when it is not (all) covered."""
+    entries, missing = coverage(known, failure)
+    return [] if missing else entries
+
+
+def listing_entries(
+    known: Sequence[KnownFailure], ids: Iterable[str], label: str
+) -> list[KnownFailure]:
+    """The entries whose record holds a test that just passed: strict ones are stale."""
+    ids = tuple(ids)
+    return [e for e in known if e.applies_to(label) and e.lists(ids)]
+
+
+def unlisted_requirement_entries(
+    known: Sequence[KnownFailure], cited: Iterable[str], label: str
+) -> list[KnownFailure]:
+    """Hand-written requirement entries without `tests` whose requirement a passing test
+    cites: stale at the end of the run unless they covered a failure in it."""
+    cited = set(cited)
+    return [
+        e
+        for e in known
+        if e.is_requirement and not e.tests and e.target in cited and e.applies_to(label)
+    ]
+
+
+@dataclass(frozen=True)
+class WrittenBy:
+    """What a written list records of the run it came from."""
+
+    suite_version: str
+    builds: dict[str, str]  # --impl label -> build (file name, size, sha256; or the address)
+    source: str  # the file, for messages
+
+    def differences(self, suite_version: str, builds: dict[str, str]) -> list[str]:
+        """How this run differs from the one the list was written from (one line each)."""
+        lines = []
+        if self.suite_version != suite_version:
+            lines.append(
+                f"known failures {self.source} were written by suite {self.suite_version}, "
+                f"this is {suite_version}: tests and their blame may have changed"
+            )
+        recorded = self.builds
+        if len(recorded) == 1 and len(builds) == 1:  # one implementation: its label may move
+            recorded = {next(iter(builds)): next(iter(recorded.values()))}
+        for label, build in builds.items():
+            if label in recorded and recorded[label] != build:
+                lines.append(
+                    f"known failures {self.source} were written from another build "
+                    f"({recorded[label]}); {label} is {build}"
+                )
+        return lines
+
+
+@dataclass
+class KnownFailures:
+    entries: list[KnownFailure] = field(default_factory=list)
+    written_by: list[WrittenBy] = field(default_factory=list)
+
+
+def load_known_failures(paths: Iterable[Path]) -> KnownFailures:
+    known = KnownFailures()
     table = requirements()
     for path in map(Path, paths):
         try:
-            entries = load_yaml(path)
+            document = load_yaml(path)
         except YamlSourceError as exc:
             raise SuiteUsageError(str(exc)) from None
+        entries = document
+        if isinstance(document, dict):
+            extra = set(document) - FILE_KEYS
+            if extra or not isinstance(document.get("entries"), list):
+                raise SuiteUsageError(
+                    f"{path}: a known-failures file is a YAML list of entries, or a mapping "
+                    "of written_by and entries"
+                )
+            entries = document["entries"]
+            known.written_by.append(_written_by(path, document.get("written_by")))
         if entries is None:
             continue
         if not isinstance(entries, list):
             raise SuiteUsageError(f"{path}: a known-failures file is a YAML list of entries")
         for entry in entries:
-            where = f"{path}:{getattr(entry, 'line', 0)}"
-            if not isinstance(entry, dict) or "reason" not in entry:
-                raise SuiteUsageError(f"{where}: an entry needs a 'reason'")
-            named = [k for k in ("case", "requirement") if k in entry]
-            if len(named) != 1:
-                raise SuiteUsageError(f"{where}: an entry names one 'case' or one 'requirement'")
-            extra = set(entry) - ENTRY_KEYS
-            if extra:
-                raise SuiteUsageError(f"{where}: unknown keys {', '.join(sorted(extra))}")
-            target = str(entry[named[0]])
-            if named[0] == "requirement" and target not in table:
-                raise SuiteUsageError(f"{where}: no requirement {target!r}")
-            known.append(
-                KnownFailure(
-                    target,
-                    named[0] == "requirement",
-                    str(entry["reason"]),
-                    bool(entry.get("strict", True)),
-                    str(entry.get("impl", "*")),
-                    where,
-                )
-            )
+            known.entries.append(_entry(path, entry, table))
     return known
+
+
+def _written_by(path: Path, data: Any) -> WrittenBy:
+    if not isinstance(data, dict):
+        raise SuiteUsageError(f"{path}: written_by is a mapping (suite_version, builds)")
+    builds = data.get("builds") or {}
+    if not isinstance(builds, dict):
+        raise SuiteUsageError(f"{path}: written_by.builds maps --impl labels to builds")
+    return WrittenBy(
+        str(data.get("suite_version", "")), {str(k): str(v) for k, v in builds.items()}, str(path)
+    )
+
+
+def _entry(path: Path, entry: Any, table: dict[str, Any]) -> KnownFailure:
+    where = f"{path}:{getattr(entry, 'line', 0)}"
+    if not isinstance(entry, dict) or "reason" not in entry:
+        raise SuiteUsageError(f"{where}: an entry needs a 'reason'")
+    named = [k for k in ("case", "requirement") if k in entry]
+    if len(named) != 1:
+        raise SuiteUsageError(f"{where}: an entry names one 'case' or one 'requirement'")
+    extra = set(entry) - ENTRY_KEYS
+    if extra:
+        raise SuiteUsageError(f"{where}: unknown keys {', '.join(sorted(extra))}")
+    target = str(entry[named[0]])
+    if named[0] == "requirement" and target not in table:
+        raise SuiteUsageError(f"{where}: no requirement {target!r}")
+    tests = entry.get("tests") or []
+    if not isinstance(tests, list):
+        raise SuiteUsageError(f"{where}: 'tests' is a list of test ids")
+    return KnownFailure(
+        target,
+        named[0] == "requirement",
+        str(entry["reason"]),
+        bool(entry.get("strict", True)),
+        str(entry.get("impl", "*")),
+        where,
+        tuple(map(str, tests)),
+    )
 
 
 def stale_test_entries(
@@ -97,38 +247,76 @@ def stale_test_entries(
     ]
 
 
-def stale_requirement_entries(
-    known: Sequence[KnownFailure], outcomes: dict[KnownFailure, list[str]]
-) -> list[KnownFailure]:
-    """Strict requirement entries whose tests all passed this run: the bug is fixed."""
-    return [
-        e
-        for e in known
-        if e.is_requirement
-        and e.strict
-        and outcomes.get(e)
-        and not any(o in ("xfailed", "failed", "error") for o in outcomes[e])
-    ]
+COVERED, STALE, CITED_PASSED = "covered", "stale", "cited-passed"  # an entry's outcome in a test
 
 
-def known_failures_text(failures: Iterable[tuple[str, str, Sequence[str]]]) -> str:
-    """A known-failures file for (impl label, requirement, tests): one entry per requirement
-    and implementation, listing the tests it covers (informative: the entry matches by the
-    requirement)."""
-    grouped: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for label, requirement, tests in failures:
-        grouped[label, requirement].extend(tests)
-    entries = [
-        {
-            "requirement": requirement,
-            "impl": label,
-            "reason": "TODO: the engine bug behind this, and its ticket",
-            "tests": sorted(set(tests)),
-        }
-        for (label, requirement), tests in sorted(grouped.items())
-    ]
+def stale_entries(
+    known: Sequence[KnownFailure], outcomes: dict[KnownFailure, list[tuple[str, str]]]
+) -> list[tuple[KnownFailure, list[str]]]:
+    """Strict entries that are stale after this run, each with the tests that show it: a
+    listed test passed, or (a requirement entry without `tests`) it covered no failure while
+    tests citing its requirement passed."""
+    stale = []
+    for entry in known:
+        seen = outcomes.get(entry, [])
+        passed = sorted({test for outcome, test in seen if outcome == STALE})
+        unlisted = entry.is_requirement and not entry.tests
+        if not passed and unlisted and all(outcome != COVERED for outcome, _ in seen):
+            passed = sorted({test for outcome, test in seen if outcome == CITED_PASSED})
+        if entry.strict and passed:
+            stale.append((entry, passed))
+    return stale
+
+
+def written_entries(failures: Iterable[FailedTest], several_impls: bool) -> list[KnownFailure]:
+    """The entries `--write-known-failures` writes: for each failure, what `coverage` says is
+    missing to cover it (an entry per blamed requirement, per implementation when the run had
+    several; a test entry for a failure blamed on none), and the test in the record of every
+    entry covering it."""
+    written: list[KnownFailure] = []
+    for failure in failures:
+        impl = glob.escape(failure.label) if several_impls and failure.label else "*"
+        entries, missing = coverage(written, failure)
+        added = [KnownFailure(r, True, TODO_REASON, True, impl, "") for r in missing]
+        if not entries and not missing:
+            added = [KnownFailure(failure.key, False, TODO_REASON, True, impl, "")]
+        written += added
+        recording = {id(e) for e in (*entries, *added)}
+        written = [
+            replace(e, tests=(*e.tests, failure.key))
+            if id(e) in recording and failure.key not in e.tests
+            else e
+            for e in written
+        ]
+    return written
+
+
+def known_failures_text(
+    failures: Sequence[FailedTest], suite_version: str, builds: dict[str, str]
+) -> str:
+    """A known-failures file covering these failures (written_entries), recording the suite
+    version and each implementation's build, so that a run of another build says so."""
+    entries = []
+    for entry in sorted(written_entries(failures, len(builds) > 1), key=_entry_order):
+        kind = "requirement" if entry.is_requirement else "case"
+        item: dict[str, Any] = {kind: entry.target}
+        if entry.impl != "*":
+            item["impl"] = entry.impl
+        item["reason"] = entry.reason
+        item["tests"] = sorted(entry.tests)
+        entries.append(item)
+    document = {
+        "written_by": {"suite_version": suite_version, "builds": dict(sorted(builds.items()))},
+        "entries": entries,
+    }
     header = (
         "# Known failures written by --write-known-failures: give each entry its reason, then\n"
-        "# run with --known-failures FILE. An entry fails the run once its bug is fixed.\n"
+        "# run with --known-failures FILE. A requirement entry covers the failures blamed on\n"
+        "# it; its tests record what failed, and one of them passing makes the entry stale\n"
+        "# (the run fails: remove it).\n"
     )
-    return header + yaml.safe_dump(entries, sort_keys=False, width=100)
+    return header + yaml.safe_dump(document, sort_keys=False, width=100)
+
+
+def _entry_order(entry: KnownFailure) -> tuple[bool, str, str]:
+    return (not entry.is_requirement, entry.impl, entry.target)

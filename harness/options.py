@@ -90,8 +90,9 @@ SANITIZER_RUNTIME = Option(
 KNOWN_FAILURES = Option(
     "--known-failures",
     "tlkv_known_failures",
-    "YAML list of known failures (a case or test, or a requirement id; with reason, strict, "
-    "impl); listed tests run as expected failures, and a stale entry fails the run",
+    "YAML list of known failures (a case or test, or a requirement id: the failures blamed on "
+    "it; with reason, strict, impl, tests); covered failures are expected failures, and a "
+    "stale entry fails the run",
     "paths",
     [],
     (("action", "append"),),
@@ -99,8 +100,8 @@ KNOWN_FAILURES = Option(
 WRITE_KNOWN_FAILURES = Option(
     "--write-known-failures",
     "tlkv_write_known_failures",
-    "write this run's failures as a known-failures file (one entry per failing requirement, "
-    "with the tests it covers), to start a list from",
+    "write this run's failures as a known-failures file that covers them (one entry per "
+    "blamed requirement, with the tests it covers, and the build it came from)",
     None,
     "",
 )

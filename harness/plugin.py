@@ -2,8 +2,9 @@
 point (`tlkv`) and inert unless a run asks for conformance (--impl, or the ini key tlkv_impl).
 
 It opens the implementations under test, collects the corpus (the bundled one, wherever pytest
-was started, plus the user's case folders), turns SHOULD-level failures into warnings, marks
-known failures, fixes the fuzzing seed, and hands every report to the gate (harness/gate.py).
+was started, plus the user's case folders), turns SHOULD-level failures into warnings, decides
+which failures are known failures, fixes the fuzzing seed, and hands every report to the gate
+(harness/gate.py).
 Options live in harness/options.py.
 """
 
@@ -34,7 +35,20 @@ from .fuzzing import (
 )
 from .gate import Gate, ReportPathError
 from .items import CaseFile, CaseItem, display_path
-from .known import KnownFailure, load_known_failures, stale_test_entries
+from .known import (
+    CITED_PASSED,
+    COVERED,
+    STALE,
+    FailedTest,
+    KnownFailure,
+    WrittenBy,
+    covering_entries,
+    known_ids,
+    listing_entries,
+    load_known_failures,
+    stale_test_entries,
+    unlisted_requirement_entries,
+)
 from .report import KEY_PROPERTY, headline, is_should_failure, report_paths, warning_note
 from .requirements import level_of, unknown_ids
 from .testee import Testee
@@ -43,6 +57,7 @@ CASE_DIR_NAME = "cases"
 ACTIVE = pytest.StashKey[bool]()
 TESTEES = pytest.StashKey[list[Testee]]()
 KNOWN = pytest.StashKey[list[KnownFailure]]()
+KNOWN_WRITTEN_BY = pytest.StashKey[list[WrittenBy]]()
 SETTINGS = pytest.StashKey[options.RunSettings]()
 STARTED = pytest.StashKey[float]()
 SHRINKING = pytest.StashKey[ShrinkBudget]()
@@ -98,7 +113,8 @@ def pytest_configure(config: pytest.Config) -> None:
         run = options.RunSettings.read(config)
         config.stash[SETTINGS] = run
         _choose_corpus(config)
-        config.stash[KNOWN] = load_known_failures(options.value(config, options.KNOWN_FAILURES))
+        known = load_known_failures(options.value(config, options.KNOWN_FAILURES))
+        config.stash[KNOWN], config.stash[KNOWN_WRITTEN_BY] = known.entries, known.written_by
         config.stash[TESTEES] = _open_testees(config, run)
     except SuiteUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -115,6 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
             lambda: [t.report_impl() for t in testees_of(config)],
             _recorded_settings(config, run),
             config.stash[KNOWN],
+            config.stash[KNOWN_WRITTEN_BY],
             run.report,
             run.run_deadline,
             config.invocation_params.dir / written if written else None,
@@ -393,7 +410,7 @@ def pytest_collection_modifyitems(
 ) -> None:
     if not is_active(config):
         return
-    _mark_known_failures(config, items)  # first: a stale entry is judged on the full list
+    _check_known_failures(config, items)  # first: a stale entry is judged on the full list
     _select_by_requirement(config, items)
     _fix_fuzzing_seed(config, items)
 
@@ -413,24 +430,15 @@ def _select_by_requirement(config: pytest.Config, items: list[pytest.Item]) -> N
         items[:] = keep
 
 
-KNOWN_SOURCES = pytest.StashKey[list[str]]()
-
-
-def _mark_known_failures(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _check_known_failures(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test entry naming a case that is gone stops the run. Which failures the list covers
+    is decided as each test fails (_apply_known_failures), on its blame."""
     known = config.stash.get(KNOWN, [])
     if not known:
         return
-    used: set[KnownFailure] = set()
-    for item in items:
-        label = _item_label(item)
-        ids = (item.nodeid, corpus_id(item))
-        reqs = item.stash[REQS][0] if REQS in item.stash else ()
-        matching = [entry for entry in known if entry.matches(ids, reqs, label)]
-        for entry in matching:
-            used.add(entry)
-            item.add_marker(entry.marker())
-        if matching:
-            item.stash[KNOWN_SOURCES] = [entry.source for entry in matching]
+    used = {
+        entry for item in items for entry in known if entry.names((item.nodeid, corpus_id(item)))
+    }
     collected_files = {
         i.split("::", 1)[0] for item in items for i in (item.nodeid, corpus_id(item))
     }
@@ -529,17 +537,59 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and call.when == "call" and isinstance(recorder, FuzzRecorder):
         failure = str(call.excinfo.value) if call.excinfo else ""
         _report_regression(item, report, recorder, failure)
+    if call.when in ("setup", "call"):
+        _apply_known_failures(item, report, call)
     if report.failed or report.skipped:
         # The message alone, for the conformance report; an attribute, so that it travels
         # with the report from an xdist worker.
         report.tlkv_detail = _detail(report, call)
     if report.skipped and call.excinfo is not None:
         report.tlkv_not_applicable = is_not_applicable(call.excinfo.value)
-    if KNOWN_SOURCES in item.stash:
-        report.tlkv_known = list(item.stash[KNOWN_SOURCES])
     if report.failed and call.when == "call":
         _note_should_failure(item, report)
     return report
+
+
+def _apply_known_failures(
+    item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]
+) -> None:
+    """The known-failures list, after the fact (as the SHOULD level): a failure it covers
+    (harness/known.py, coverage: on the requirements it is blamed on) becomes an expected
+    failure; a passing test an entry lists is an XPASS, and a strict entry is then stale (the
+    gate fails the run at its end, naming it). Every
+    failure is recorded on its report as the writer sees it (--write-known-failures), so that
+    the list written covers what this decision covers. Attributes, so that they travel from
+    an xdist worker."""
+    known = item.config.stash.get(KNOWN, [])
+    label = _item_label(item)
+    ids, key = known_ids(item.nodeid, corpus_id(item), label)
+    if report.failed:
+        blamed = tuple(getattr(report, "tlkv_blamed", ())) if call.when == "call" else ()
+        failure = FailedTest(ids, key, label, blamed)
+        report.tlkv_failure = failure.as_json()
+        covering = covering_entries(known, failure)
+        if covering:
+            report.outcome = "skipped"
+            report.wasxfail = "known failure: " + "; ".join(
+                f"{e.reason} ({e.shown()})" for e in covering
+            )
+            report.tlkv_known = [[e.source, COVERED, key] for e in covering]
+        return
+    if call.when != "call" or not report.passed or not known:
+        return
+    listing = listing_entries(known, ids, label)
+    cited = item.stash[REQS][0] if REQS in item.stash else ()
+    unlisted = unlisted_requirement_entries(known, cited, label)
+    outcomes = [[e.source, CITED_PASSED, key] for e in unlisted]
+    outcomes += [[e.source, STALE, key] for e in listing if e.strict]
+    if outcomes:
+        report.tlkv_known = outcomes
+    if listing:
+        # XPASS: the run fails at its end, naming the stale entries (harness/gate.py); the
+        # test itself passed, so its requirements do not fail in the report.
+        report.wasxfail = "; ".join(
+            f"{'stale' if e.strict else 'known'} failure {e.shown()}: {e.reason}" for e in listing
+        )
 
 
 def _diagnose(item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,22 @@ def _ids(value: str | list[str] | None) -> tuple[str, ...]:
     if not value:
         return ()
     return (value,) if isinstance(value, str) else tuple(value)
+
+
+def chosen_mutants(only: Sequence[str] | None, family: str | None) -> list[Mutant]:
+    """The catalogue's mutants a benchmark's --only IDS and --family F choose (all without);
+    ValueError naming what chooses none."""
+    mutants = load_catalogue()
+    if only:
+        unknown = sorted(set(only) - {m.id for m in mutants})
+        if unknown:
+            raise ValueError(f"no such mutant: {', '.join(unknown)}")
+        mutants = [m for m in mutants if m.id in only]
+    if family:
+        mutants = [m for m in mutants if m.family == family]
+    if not mutants:
+        raise ValueError("no mutant chosen")
+    return mutants
 
 
 class MutantError(RuntimeError):
@@ -242,6 +258,24 @@ def planted(
             server.stop()
     else:
         raise MutantError(f"{mutant.id}: unknown target {mutant.target!r}")
+
+
+def reference_of(mutant: Mutant) -> Mutant:
+    """The mutant without its bug: the reference it was planted in, built, served and run
+    exactly as the mutant is."""
+    return replace(mutant, id=f"reference-{group_of(mutant)}", patch=())
+
+
+def group_of(mutant: Mutant) -> str:
+    """Which passing gate a mutant's is compared with (mutants sharing one share it)."""
+    parts = [mutant.target, mutant.variant]
+    if mutant.sanitize:
+        parts.append("asan")
+    if mutant.server:
+        parts.append("x".join(str(v) for v in mutant.server.get("geometry", [])) or "server")
+    if mutant.args:  # e.g. ("cases/transfer.yaml", "-k", "4-mib") -> transfer.4-mib
+        parts.append(".".join(Path(a).stem for a in mutant.args if not a.startswith("-")))
+    return "-".join(parts)
 
 
 def _name(mutant: Mutant) -> str:

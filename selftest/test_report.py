@@ -234,8 +234,12 @@ def test_strict_known_failure_that_passes_still_fails_a_should_case(tmp_path: Pa
     run, report, _ = _run(tmp_path, f"--known-failures={known}", NAN_CASE)
     assert run.returncode == 1, run.output
     assert "XPASS(strict)" in run.output
+    # The case passed (its requirement with it); the list is what fails the run, by name.
     (test,) = report["tests"]
-    assert (test["outcome"], test["gating"]) == ("failed", True)
+    assert (test["outcome"], test["gating"]) == ("xpassed", False)
+    assert (report["gate"], report["exit_status"]) == ("fail", 1)
+    (stale,) = report["collection_errors"]
+    assert f"stale known failure {known}:1: {NAN_CASE}" in stale
 
 
 # -- the JSON report's structure --------------------------------------------------------------
