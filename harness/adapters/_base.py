@@ -50,7 +50,9 @@ class Capability:
     POOL = "pool"  # pools of any geometry and capacity, with write/read/find/release/free count
     EXPORT = "export"
     IMPORT = "import"
-    ALL = (HASH, POOL, EXPORT, IMPORT)
+    # Pools alive at once, each with its own blocks and registry (a server has one pool).
+    SEVERAL_POOLS = "several pools at once"
+    ALL = (HASH, POOL, EXPORT, IMPORT, SEVERAL_POOLS)
 
 
 @dataclass(frozen=True, eq=False)
