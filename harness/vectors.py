@@ -326,8 +326,8 @@ def history_steps(case: PoolCase) -> list[dict[str, Any]]:
             if not arg.get("expect"):
                 expect.update(held[arg["block"]].read_back())
             step = {"op": "read", "block": arg["block"], "expect": expect}
-        elif op == "release":
-            step = {"op": "release", "block": arg["block"], "expect": _status(arg.get("expect"))}
+        elif op in ("release", "retain"):
+            step = {"op": op, "block": arg["block"], "expect": _status(arg.get("expect"))}
         elif op == "find":
             key = arg["hash"]
             block_hash = held[key].block_hash if isinstance(key, str) else key

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import ImplementationFault, NotObservable, Refused, SuiteUsageError
 from ..oracle import Geometry
-from ._base import Adapter, ImplInfo, PoolHandle, ReadBack
+from ._base import Adapter, Capability, ImplInfo, PoolHandle, ReadBack
 from ._spec import ImplSpec
 from ._worker import WorkerChannel
 
@@ -127,6 +127,9 @@ class SessionPool(PoolHandle):
     def release(self, block: int) -> None:
         self._call("release", block)
 
+    def retain(self, block: int) -> None:
+        self._call("retain", block)
+
     def export_bytes(self, n_blocks: int, version: int) -> int:
         return self._call("export_bytes", n_blocks, version)
 
@@ -184,7 +187,14 @@ class SessionAdapter(Adapter):
     def info(self) -> ImplInfo:
         with self.open_pool(self.geometry or PROBE_GEOMETRY, 1) as probe:
             dtype = probe.dtype
-        return ImplInfo(read_versions=self._reads, write_versions=self._writes, pool_dtype=dtype)
+        assert self._channel is not None
+        optional = {Capability.RETAIN} if self._channel.call("offers_retain") else set()
+        return ImplInfo(
+            read_versions=self._reads,
+            write_versions=self._writes,
+            pool_dtype=dtype,
+            capabilities=frozenset(Capability.ALL) | optional,
+        )
 
     def block_hash(self, parent: int, tokens: list[int]) -> int:
         assert self._channel is not None
