@@ -59,6 +59,7 @@ class Variant:
     base: bytes
     prefix: int | None = None
     flip: tuple[int, int] | None = None  # (offset, bit)
+    reseal: bool = False  # the flip's CRC trailer recomputed: the case is about the field
 
     @property
     def data(self) -> bytes:
@@ -68,6 +69,8 @@ class Variant:
             offset, bit = self.flip
             flipped = bytearray(self.base)
             flipped[offset] ^= 1 << bit
+            if self.reseal:
+                return oracle.seal(bytes(flipped[: -oracle.CRC_SIZE]))
             return bytes(flipped)
         return self.base
 
@@ -122,6 +125,8 @@ class RejectCase(Case):
                 (r, _verdict(data, pool.geometry, r))
                 for r in ((reads,) if reads else (ALL_READS, V1_ONLY))
             )
+            if variant.reseal and not verdicts[0][1].rule_ids:
+                continue  # a field flip the oracle accepts (a full block's hash): no rejection
             case = cls(
                 **{**common, "id": common["id"] + suffix},
                 variant=variant,
@@ -310,13 +315,33 @@ def expansion_offsets(data: bytes, how: str) -> list[tuple[int, tuple[int, ...]]
         chosen.setdefault(offset, (offset % 8,))
     if how == "prefixes":
         chosen.setdefault(oracle.MIN_ENVELOPE_SIZE, every)
+        # every prefix up to the first payload byte: the first record's head complete
+        chosen.setdefault(oracle.HEADER_SIZE + oracle.RECORD_PREFIX_SIZE, every)
     return sorted((o, bits) for o, bits in chosen.items() if 0 <= o < size)
+
+
+def field_offsets(data: bytes) -> list[int]:
+    """The bytes of an envelope's fields a reader rule is about: the header and each record's
+    hash and n_tokens (the CRC trailer is the unresealed flips' business)."""
+    geometry = oracle.header_geometry(data)
+    record = geometry.record_size(oracle.HEADER_FIELDS["version"].read(data))
+    offsets = list(range(oracle.HEADER_SIZE))
+    for start in range(oracle.HEADER_SIZE, len(data) - oracle.CRC_SIZE, record):
+        offsets.extend(range(start, start + oracle.RECORD_PREFIX_SIZE))
+    return offsets
 
 
 def _expansions(how: str | None, data: bytes, reseal: bool) -> Iterator[tuple[str, Variant]]:
     """Generated variants: every proper prefix, or every single-bit flip, of the envelope (of a
     large one, those at its structure: expansion_offsets)."""
     if how is None:
+        return
+    if how == "field-bit-flips":
+        if not reseal:
+            raise CaseDataError("field-bit-flips reseal the CRC: set reseal: true")
+        for offset in field_offsets(data):
+            for bit in range(8):
+                yield f"-{offset}.{bit}", Variant(data, flip=(offset, bit), reseal=True)
         return
     if reseal:
         raise CaseDataError("expanded cases take the bytes as they are: set reseal: false")
