@@ -320,15 +320,34 @@ def expansion_offsets(data: bytes, how: str) -> list[tuple[int, tuple[int, ...]]
     return sorted((o, bits) for o, bits in chosen.items() if 0 <= o < size)
 
 
-def field_offsets(data: bytes) -> list[int]:
-    """The bytes of an envelope's fields a reader rule is about: the header and each record's
-    hash and n_tokens (the CRC trailer is the unresealed flips' business)."""
+# Header fields read alike whatever the version: their flips are made in v1 envelopes alone.
+VERSION_BLIND_FIELDS = ("magic", *oracle.GEOMETRY_FIELDS)
+
+
+def field_flips(data: bytes) -> list[tuple[int, tuple[int, ...]]]:
+    """Where an envelope's fields are flipped (the CRC resealed), and which bits: every bit of
+    each header field (of a v2 envelope those whose check depends on the version: version,
+    dtype, n_blocks), every bit of each record's n_tokens, and one bit of each byte of a partial
+    block's hash (any bit breaks READ-HASH-FILL alike; a full block's hash may be any value)."""
+    every = tuple(range(8))
+    version = oracle.HEADER_FIELDS["version"].read(data)
+    chosen = [
+        (offset, every)
+        for field in oracle.HEADER_FIELDS.values()
+        if version == 1 or field.name not in VERSION_BLIND_FIELDS
+        for offset in range(field.offset, field.offset + field.size)
+    ]
     geometry = oracle.header_geometry(data)
-    record = geometry.record_size(oracle.HEADER_FIELDS["version"].read(data))
-    offsets = list(range(oracle.HEADER_SIZE))
-    for start in range(oracle.HEADER_SIZE, len(data) - oracle.CRC_SIZE, record):
-        offsets.extend(range(start, start + oracle.RECORD_PREFIX_SIZE))
-    return offsets
+    block_hash, fill = oracle.RECORD_FIELDS["block_hash"], oracle.RECORD_FIELDS["n_tokens"]
+    for start in range(
+        oracle.HEADER_SIZE, len(data) - oracle.CRC_SIZE, geometry.record_size(version)
+    ):
+        if fill.read(data, start) != geometry.block_tokens:
+            first = start + block_hash.offset
+            chosen += [(o, (o % 8,)) for o in range(first, first + block_hash.size)]
+        first = start + fill.offset
+        chosen += [(o, every) for o in range(first, first + fill.size)]
+    return chosen
 
 
 def _expansions(how: str | None, data: bytes, reseal: bool) -> Iterator[tuple[str, Variant]]:
@@ -339,8 +358,8 @@ def _expansions(how: str | None, data: bytes, reseal: bool) -> Iterator[tuple[st
     if how == "field-bit-flips":
         if not reseal:
             raise CaseDataError("field-bit-flips reseal the CRC: set reseal: true")
-        for offset in field_offsets(data):
-            for bit in range(8):
+        for offset, bits in field_flips(data):
+            for bit in bits:
                 yield f"-{offset}.{bit}", Variant(data, flip=(offset, bit), reseal=True)
         return
     if reseal:
