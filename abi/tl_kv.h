@@ -92,6 +92,15 @@ int tl_kv_pool_find(const tl_kv_pool *pool, uint64_t block_hash, uint32_t *block
  *   TL_EINVAL  NULL pool, or `block` is not an allocated block
  */
 int tl_kv_pool_release(tl_kv_pool *pool, uint32_t block);
+/*
+ * OPTIONAL: a library may leave this symbol out (the suite then skips the cases of several
+ * references). Takes one more reference to an allocated block, as the decode side of a
+ * transfer does on its cached copy: the block, its values and its registered hash stay until
+ * every reference is released.
+ *   TL_OK      success
+ *   TL_EINVAL  NULL pool, or `block` is not an allocated block
+ */
+int tl_kv_pool_retain(tl_kv_pool *pool, uint32_t block);
 
 /*
  * Size in bytes of an envelope of n_blocks blocks of this pool's geometry in `version`:

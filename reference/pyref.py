@@ -138,6 +138,10 @@ class Pool:
             raise KvError("ENOTFOUND", f"no block has hash {block_hash:#x}")
         return self._registry[block_hash]
 
+    def retain(self, block: int) -> None:
+        self._check_block(block)
+        self._refs[block] += 1
+
     def release(self, block: int) -> None:
         self._check_block(block)
         self._refs[block] -= 1

@@ -40,6 +40,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     ),
     "tl_kv_pool_find": (ctypes.c_int, [_pool, _u64, ctypes.POINTER(_u32)]),
     "tl_kv_pool_release": (ctypes.c_int, [_pool, _u32]),
+    "tl_kv_pool_retain": (ctypes.c_int, [_pool, _u32]),  # optional
     "tl_kv_export_bytes": (_size, [_pool, _u32, ctypes.c_uint16]),
     "tl_kv_export": (
         ctypes.c_int,
@@ -57,7 +58,10 @@ class Library:
 
     def __init__(self, path: Path) -> None:
         self.dll = ctypes.CDLL(str(path))
+        self.offers_retain = hasattr(self.dll, "tl_kv_pool_retain")
         for name, (restype, argtypes) in _SIGNATURES.items():
+            if name == "tl_kv_pool_retain" and not self.offers_retain:
+                continue
             function = getattr(self.dll, name)
             function.restype, function.argtypes = restype, argtypes
         self.write_versions = _versions(self.dll.tl_kv_write_versions())
@@ -90,6 +94,8 @@ def run_history(library: Library, history: dict[str, Any]) -> Outcome:
     if only is not None and set(only) != library.write_versions:
         return Outcome(source, level, "skipped", f"for a writer of {only} only")
     for step in history["steps"]:
+        if step["op"] == "retain" and not library.offers_retain:
+            return Outcome(source, level, "skipped", "takes a second reference (retain)")
         wanted = step["op"] == "export" and step["expect"]["status"] == ["OK"]
         if wanted and step["version"] not in library.write_versions:
             return Outcome(source, level, "skipped", f"exports v{step['version']}")
@@ -184,6 +190,9 @@ class _Script:
 
     def release(self, step: dict[str, Any]) -> None:
         self._status(step, self.lib.tl_kv_pool_release(self.pool, self.ids[step["block"]]))
+
+    def retain(self, step: dict[str, Any]) -> None:
+        self._status(step, self.lib.tl_kv_pool_retain(self.pool, self.ids[step["block"]]))
 
     def free_blocks(self, step: dict[str, Any]) -> None:
         got = self.lib.tl_kv_pool_free_blocks(self.pool)

@@ -29,6 +29,8 @@ from tlkv_conformance.adapters._ctypes import (
 from tlkv_conformance.adapters._worker import sanitizer_report
 from tlkv_conformance.errors import ImplementationFault, Refused, SuiteUsageError
 
+from selftest.support import patched_copy
+
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = ROOT / "selftest" / "faulty"
 ADAPTER_CASES = "selftest/faulty/cases"
@@ -359,6 +361,31 @@ def test_status_profile_names_may_carry_the_tl_prefix(tmp_path):
     assert statuses["EFORMAT"] == -74
     assert statuses["OK"] == 1
     assert statuses["EINVAL"] == -1
+
+
+# -- optional symbols -------------------------------------------------------------------------
+
+RETAIN_CASES = ("several-references", "a-retained-block-outlives-a-released-one")
+
+
+def test_retain_is_optional(run_suite, reference_library, tmp_path):
+    """A library without tl_kv_pool_retain loads and passes; the cases of several references
+    are skipped with the reason, and run where the symbol is exported."""
+    from tlkv_conformance.references.clib.build import build_library
+
+    source = patched_copy(
+        ROOT / "reference" / "clib" / "tl_kv_ref.c",
+        [("int tl_kv_pool_retain(", "int tl_kv_pool_retain_left_out(")],
+        tmp_path / "no_retain.c",
+    )
+    library = build_library(tmp_path, source=source)
+    without = run_suite(f"--impl=ctypes:{library}", "cases/pool.yaml")
+    assert without.returncode == 0, without.output
+    skipped = {node.split("::")[-1] for node in without.with_outcome("skipped")}
+    assert set(RETAIN_CASES) <= skipped, without.output
+    assert "takes no second reference to a block (retain: optional" in without.output
+    with_retain = run_suite(f"--impl=ctypes:{reference_library('default')}", "cases/pool.yaml")
+    assert {f"cases/pool.yaml::{case}" for case in RETAIN_CASES} <= set(with_retain.passed)
 
 
 # -- usage errors -----------------------------------------------------------------------------

@@ -95,6 +95,9 @@ def test_one_geometry_library_passes_running_most_of_the_corpus(
         f"at {GEOMETRY} {len(compared_restricted)} tests ran, unrestricted {len(compared)}"
         f" ({share:.0%}, needs 80%; {raw:.0%} with the spec example's expansions)"
     )
+    # The single-fault families at the engine's geometry: each field's bits, the CRC resealed.
+    field_flips = [n for n in ran(restricted) if "field-bit-flip-at-geometry-" in n]
+    assert len(field_flips) >= 350, f"{len(field_flips)} field bit flips ran at {GEOMETRY}"
 
 
 def test_without_its_geometry_the_run_stops_with_one_line_naming_the_option(

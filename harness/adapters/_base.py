@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import NotObservable
 from ..oracle import Geometry
 
 STATUS_CODES = ("EINVAL", "ENOMEM", "EFORMAT", "ESHAPE", "ENOTFOUND")
@@ -50,7 +51,11 @@ class Capability:
     POOL = "pool"  # pools of any geometry and capacity, with write/read/find/release/free count
     EXPORT = "export"
     IMPORT = "import"
-    ALL = (HASH, POOL, EXPORT, IMPORT)
+    # Pools alive at once, each with its own blocks and registry (a server has one pool).
+    SEVERAL_POOLS = "several pools at once"
+    ALL = (HASH, POOL, EXPORT, IMPORT, SEVERAL_POOLS)
+    # Optional, so not in ALL: a second reference to a block (tl_kv_pool_retain, Pool.retain).
+    RETAIN = "a second reference to a block (retain)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,6 +97,10 @@ class PoolHandle(abc.ABC):
 
     @abc.abstractmethod
     def release(self, block: int) -> None: ...
+
+    def retain(self, block: int) -> None:
+        """One more reference to the block (optional: offered with Capability.RETAIN)."""
+        raise NotObservable("this way in cannot take a second reference to a block")
 
     @abc.abstractmethod
     def export_bytes(self, n_blocks: int, version: int) -> int: ...

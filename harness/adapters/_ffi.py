@@ -86,6 +86,7 @@ class CFunction(NamedTuple):
     argtypes: tuple[Any, ...]
     restype: Any
     errcheck: ErrCheck | None = None
+    optional: bool = False  # a library may leave it out; the cases that need it are skipped
 
 
 # Every function of abi/tl_kv.h, declared once (the pool pointer is opaque: c_void_p).
@@ -111,6 +112,7 @@ FUNCTIONS: tuple[CFunction, ...] = (
     ),
     CFunction("tl_kv_pool_find", (c_void_p, c_uint64, _U32P), c_int, check_status),
     CFunction("tl_kv_pool_release", (c_void_p, c_uint32), c_int, check_status),
+    CFunction("tl_kv_pool_retain", (c_void_p, c_uint32), c_int, check_status, optional=True),
     CFunction("tl_kv_export_bytes", (c_void_p, c_uint32, c_uint16), c_size_t),
     CFunction(
         "tl_kv_export",
@@ -137,7 +139,7 @@ class Library:
         except OSError as exc:
             # dlerror's text already names the file; keep it to one line.
             raise SuiteUsageError(f"cannot load {path}: {' '.join(str(exc).split())}") from None
-        missing = [f.name for f in FUNCTIONS if not hasattr(cdll, f.name)]
+        missing = [f.name for f in FUNCTIONS if not f.optional and not hasattr(cdll, f.name)]
         if missing:
             raise SuiteUsageError(
                 f"{path} does not export {', '.join(missing)} (the symbols of abi/tl_kv.h)"
@@ -145,7 +147,10 @@ class Library:
         self.statuses = dict(statuses)
         self.ok = statuses["OK"]
         self.status_names = {number: name for name, number in statuses.items() if name != "OK"}
+        self.offered = frozenset(f.name for f in FUNCTIONS if hasattr(cdll, f.name))
         for entry in FUNCTIONS:
+            if entry.name not in self.offered:
+                continue
             func = getattr(cdll, entry.name)
             func.argtypes = entry.argtypes
             func.restype = entry.restype
@@ -182,6 +187,8 @@ class Session:
         "read_digest": "tl_kv_pool_read",
         "find": "tl_kv_pool_find",
         "release": "tl_kv_pool_release",
+        "retain": "tl_kv_pool_retain",
+        "offers_retain": "loading the library",
         "export_bytes": "tl_kv_export_bytes",
         "export": "tl_kv_export",
         "import_envelope": "tl_kv_import",
@@ -258,6 +265,12 @@ class Session:
 
     def release(self, pool_id: int, block: int) -> None:
         self.lib.tl_kv_pool_release(self._pool(pool_id).pointer, block)
+
+    def offers_retain(self) -> bool:
+        return "tl_kv_pool_retain" in self.lib.offered
+
+    def retain(self, pool_id: int, block: int) -> None:
+        self.lib.tl_kv_pool_retain(self._pool(pool_id).pointer, block)
 
     def export_bytes(self, pool_id: int, n_blocks: int, version: int) -> int:
         return self.lib.tl_kv_export_bytes(self._pool(pool_id).pointer, n_blocks, version)

@@ -66,6 +66,8 @@ class Session:
         "read_digest": "Pool.read",
         "find": "Pool.find",
         "release": "Pool.release",
+        "retain": "Pool.retain",
+        "offers_retain": "importing the module",
         "export_bytes": "Pool.export_bytes",
         "export": "Pool.export",
         "import_envelope": "Pool.import_envelope",
@@ -194,6 +196,13 @@ class Session:
 
     def release(self, pool_id: int, block: int) -> None:
         self._method(pool_id, "release", block)
+
+    def offers_retain(self) -> bool:
+        """Pool.retain is optional (docs/contract.md)."""
+        return callable(getattr(self.module.Pool, "retain", None))
+
+    def retain(self, pool_id: int, block: int) -> None:
+        self._method(pool_id, "retain", block)
 
     def export_bytes(self, pool_id: int, n_blocks: int, version: int) -> int:
         size = self._method(pool_id, "export_bytes", n_blocks, version)

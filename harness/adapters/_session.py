@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import ImplementationFault, NotObservable, Refused, SuiteUsageError
 from ..oracle import Geometry
-from ._base import Adapter, ImplInfo, PoolHandle, ReadBack
+from ._base import Adapter, Capability, ImplInfo, PoolHandle, ReadBack
 from ._spec import ImplSpec
 from ._worker import WorkerChannel
 
@@ -129,6 +129,9 @@ class SessionPool(PoolHandle):
     def release(self, block: int) -> None:
         self._call("release", block)
 
+    def retain(self, block: int) -> None:
+        self._call("retain", block)
+
     def export_bytes(self, n_blocks: int, version: int) -> int:
         return self._call("export_bytes", n_blocks, version)
 
@@ -192,7 +195,18 @@ class SessionAdapter(Adapter):
             # fault, not the user's. The cases that need pools fail with it (the ledger
             # quarantines an operation that keeps faulting), and the others go on.
             dtype = UNKNOWN_DTYPE
-        return ImplInfo(read_versions=self._reads, write_versions=self._writes, pool_dtype=dtype)
+        assert self._channel is not None
+        try:
+            retains = bool(self._channel.call("offers_retain"))
+        except ImplementationFault:
+            retains = False  # a worker broken by the probe above: its cases fail on their own
+        optional = {Capability.RETAIN} if retains else set()
+        return ImplInfo(
+            read_versions=self._reads,
+            write_versions=self._writes,
+            pool_dtype=dtype,
+            capabilities=frozenset(Capability.ALL) | optional,
+        )
 
     def block_hash(self, parent: int, tokens: list[int]) -> int:
         assert self._channel is not None

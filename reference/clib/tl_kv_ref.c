@@ -8,8 +8,8 @@
  *   -DTL_KV_V1_ONLY   reads and writes envelope v1 only (default: v1 and v2)
  *
  * Decisions where the spec and the contract are silent (SHOULD level, not MUST):
- *  1. tl_kv_pool_find takes no reference (its pool is const and the ABI has no retain), so
- *     every block holds exactly one reference, from the write or import that made it.
+ *  1. tl_kv_pool_find takes no reference (its pool is const); a block holds one reference
+ *     from the write or import that made it, and one more for each tl_kv_pool_retain.
  *  2. A block written or imported with a hash that is already registered is still allocated
  *     and keeps its hash (read and export report it), but the registry keeps the first
  *     registration. When the registered block is freed the hash is unregistered; a live
@@ -561,6 +561,16 @@ int tl_kv_pool_find(const tl_kv_pool *pool, uint64_t block_hash, uint32_t *block
     if (id == NO_BLOCK)
         return TL_ENOTFOUND;
     *block_out = id;
+    return TL_OK;
+}
+
+int tl_kv_pool_retain(tl_kv_pool *pool, uint32_t block)
+{
+    if (pool == NULL || !block_live(pool, block))
+        return TL_EINVAL;
+    if (pool->refs[block] == UINT32_MAX)
+        return TL_EINVAL; /* a count that would wrap to 0 would free a block still held */
+    pool->refs[block]++;
     return TL_OK;
 }
 

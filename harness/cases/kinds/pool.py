@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,20 +58,34 @@ class PoolCase(Case):
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
         geometry = ctx.geometry(raw.get("geometry"))
         steps: list[tuple[str, Any]] = []
-        labels: set[str] = set()
+        labels: dict[str, str] = {}  # block label -> the pool holding the block
+        alive, current = {FIRST_POOL}, FIRST_POOL
         writes: list[Mapping[str, Any]] = []  # every write so far: hashes chain through them
         for raw_step in raw["steps"]:
             ((op, arg),) = raw_step.items()
             for label in _labels_used(op, arg):
                 if label not in labels:
                     raise CaseDataError(f"{op}: no block is labelled {label!r} before this step")
-            if op == "write":
+            for label in _blocks_used(op, arg):
+                if labels[label] != current:
+                    raise CaseDataError(
+                        f"{op}: block {label!r} is in pool {labels[label]!r}, not in the pool "
+                        f"in use ({current!r})"
+                    )
+            if op == "use":
+                alive.add(arg)
+                current = arg
+            elif op == "destroy":
+                if arg not in alive or arg == current:
+                    raise CaseDataError(f"destroy: {arg!r} is not a pool alive and not in use")
+                alive.discard(arg)
+            elif op == "write":
                 writes.append(arg)
                 arg = ctx.plan(geometry, writes, fixed=is_fixed(raw.get("geometry")))[-1]
                 if arg.label:
-                    labels.add(arg.label)
+                    labels[arg.label] = current
             elif op == "import":
-                labels.update(arg.get("as", []))
+                labels.update(dict.fromkeys(arg.get("as", []), current))
                 arg = {**arg, "data": ctx.resolver.resolve(arg["envelope"]).data}
             elif op == "export_bytes" and "expect" not in arg:
                 size = geometry.envelope_size(arg["n_blocks"], arg["version"])
@@ -94,6 +109,13 @@ class PoolCase(Case):
             return f"this case is for a writer of {want} only"
         wanted = [Capability.POOL]
         for op, arg in self.steps:
+            if op == "use":
+                wanted.append(Capability.SEVERAL_POOLS)
+            if op == "retain" and not testee.can(Capability.RETAIN):
+                return (
+                    f"{testee.label} takes no second reference to a block (retain: optional "
+                    "as tl_kv_pool_retain or Pool.retain, absent from tl.kv.v1)"
+                )
             if op in ("export", "export_bytes"):
                 wanted.append(Capability.EXPORT)
                 if (
@@ -107,34 +129,99 @@ class PoolCase(Case):
         return needs(testee, *wanted)
 
     def run(self, testee: Testee) -> None:
-        with testee.adapter.open_pool(self.geometry, self.capacity) as pool:
-            _PoolScript(pool, testee, self.nan).run(self.steps)
+        with contextlib.ExitStack() as pools:
+            _PoolScript(pools, self.geometry, self.capacity, testee, self.nan).run(self.steps)
+
+
+# The pool a case's steps act on until a `use` step names another.
+FIRST_POOL = "first"
 
 
 def _labels_used(op: str, arg: Any) -> list[str]:
     """The block labels a pool step refers to (they must have been given before)."""
-    if op in ("read", "release"):
-        return [arg["block"]]
     if op == "find":
         return [v for v in (arg["hash"], arg["expect"]) if isinstance(v, str) and v != "ENOTFOUND"]
+    return _blocks_used(op, arg)
+
+
+def _blocks_used(op: str, arg: Any) -> list[str]:
+    """The labels of the blocks a pool step acts on, which must be in the pool in use (a find
+    may look for the hash of a block of another pool)."""
+    if op in ("read", "release", "retain"):
+        return [arg["block"]]
+    if op == "find" and arg["expect"] != "ENOTFOUND":
+        return [arg["expect"]]
     if op == "export":
         return list(arg["blocks"])
     return []
 
 
 class _PoolScript:
-    def __init__(self, pool: PoolHandle, testee: Testee, nan: str = "any") -> None:
-        self.pool = pool
+    def __init__(
+        self,
+        pools: contextlib.ExitStack,
+        geometry: oracle.Geometry,
+        capacity: int,
+        testee: Testee,
+        nan: str = "any",
+    ) -> None:
+        self.pools = pools
+        self.geometry = geometry
+        self.capacity = capacity
         self.testee = testee
+        self.alive: dict[str, PoolHandle] = {}
+        self.in_use = FIRST_POOL
+        self._use(FIRST_POOL)
+        # pool name -> the hashes it registered (written, imported, released after): what a
+        # registry shared between pools confuses
+        self.hashes: dict[str, set[int]] = {}
         self.nan = nan
         self.ids: dict[str, int] = {}
         self.plans: dict[str, BlockPlan] = {}
         self.done: list[str] = []  # the steps run so far, for the diagnosis
-        self.released: set[int] = set()  # hashes of blocks released
+        self.released: set[tuple[str, int]] = set()  # (pool, hash) of blocks released
+        # (pool, label) -> (references held, releases made) of each block retained, for the
+        # diagnosis
+        self.references: dict[tuple[str, str], tuple[int, int]] = {}
         self.imported: set[str] = set()  # labels of blocks that came from an import
+
+    @property
+    def pool(self) -> PoolHandle:
+        return self.alive[self.in_use]
 
     def block(self, label: str) -> int:
         return self.ids[label]
+
+    def _use(self, name: str) -> None:
+        if name not in self.alive:
+            self.alive[name] = self.pools.enter_context(
+                self.testee.adapter.open_pool(self.geometry, self.capacity)
+            )
+        self.in_use = name
+
+    def _destroy(self, name: str) -> None:
+        self.alive.pop(name).close()
+
+    def _registered(self, block_hash: int) -> None:
+        if block_hash:
+            self.hashes.setdefault(self.in_use, set()).add(block_hash)
+
+    def _shared_registry(self, block_hash: int, seen: str) -> KnownMistake | None:
+        """The mistake to name when this pool's find answers wrongly for a hash that another
+        pool of the case registered (alive or destroyed, released there or not)."""
+        others = sorted(
+            name for name, held in self.hashes.items() if block_hash in held and name != self.in_use
+        )
+        if not others:
+            return None
+        return KnownMistake(
+            "registry-shared-between-pools",
+            "one hash registry shared by all pools (a hash registered in one pool is seen "
+            "or removed through another)",
+            ("POOL-FIND",),
+            f"find({block_hash:#x}) in pool {self.in_use!r} {seen}; the hash was registered in "
+            f"pool {', '.join(repr(n) for n in others)}",
+        )
 
     def run(self, steps: tuple[tuple[str, Any], ...]) -> None:
         for number, (op, arg) in enumerate(steps, 1):
@@ -159,6 +246,7 @@ class _PoolScript:
             refused_with(self._refusal(plan.expect), "write", write, [rule])
             return
         block = write()
+        self._registered(plan.block_hash)
         if plan.label:
             self.ids[plan.label] = block
             self.plans[plan.label] = plan
@@ -193,7 +281,24 @@ class _PoolScript:
             )
             return
         self.pool.release(self.block(arg["block"]))
-        self.released.add(self.plans[arg["block"]].block_hash)
+        if (key := (self.in_use, arg["block"])) in self.references:
+            held, releases = self.references[key]
+            self.references[key] = (held - 1, releases + 1)
+        self.released.add((self.in_use, self.plans[arg["block"]].block_hash))
+
+    def _retain(self, arg: Mapping[str, Any]) -> None:
+        if arg.get("expect"):
+            refused_with(
+                self._refusal(arg["expect"]),
+                "retain",
+                lambda: self.pool.retain(self.block(arg["block"])),
+                ["POOL-REFS"],
+            )
+            return
+        self.pool.retain(self.block(arg["block"]))
+        key = (self.in_use, arg["block"])
+        held, releases = self.references.get(key, (1, 0))
+        self.references[key] = (held + 1, releases)
 
     def _find(self, arg: Mapping[str, Any]) -> None:
         key = arg["hash"]
@@ -208,7 +313,9 @@ class _PoolScript:
                     ["POOL-FIND"],
                 )
             except CaseFailure as failure:
-                if block_hash not in self.released:
+                if (self.in_use, block_hash) not in self.released:
+                    if shared := self._shared_registry(block_hash, "succeeded"):
+                        raise CaseFailure(str(failure), shared) from None
                     raise
                 raise CaseFailure(
                     f"{failure} (the block of this hash was released)",
@@ -218,6 +325,11 @@ class _PoolScript:
         try:
             found = self.pool.find(block_hash)
         except Refused as refusal:
+            if shared := self._shared_registry(block_hash, f"refused with {refusal.code}"):
+                raise CaseFailure(
+                    f"find({block_hash:#x}) refused with {refusal.code}, expected block {expect}",
+                    shared,
+                ) from None
             imported = expect in self.imported
             raise CaseFailure(
                 f"find({block_hash:#x}) refused with {refusal.code}, expected block {expect}",
@@ -234,16 +346,43 @@ class _PoolScript:
         if found != self.block(expect):
             raise CaseFailure(
                 f"find({block_hash:#x}) = block {found}, expected {expect} "
-                f"(block {self.block(expect)})"
+                f"(block {self.block(expect)})",
+                self._shared_registry(block_hash, f"answered block {found}"),
             )
 
     def _free(self, expected: int) -> None:
         got = self.pool.free_blocks()
         if got != expected:
+            evidence = CountEvidence(expected, got, "release" in self.done)
             raise CaseFailure(
                 f"free_blocks() = {got}, expected {expected}",
-                CountEvidence(expected, got, "release" in self.done),
+                (self._freed_while_held() if got > expected else None) or evidence,
             )
+
+    def _freed_while_held(self) -> KnownMistake | None:
+        """Which counting mistake frees a retained block too early, when the block's history
+        tells them apart: freed by the first release though three references were held (the
+        retains were not counted), or by a later one while one reference was left."""
+        held = [
+            (refs, releases)
+            for (pool, _), (refs, releases) in self.references.items()
+            if pool == self.in_use and refs > 0 and releases > 0
+        ]
+        if any(refs >= 2 and releases == 1 for refs, releases in held):
+            return KnownMistake(
+                "retain-not-counted",
+                "retain takes no reference: one release frees a block retained twice",
+                ("POOL-REFS",),
+                "more blocks free after one release of a block holding three references",
+            )
+        if any(refs == 1 and releases >= 2 for refs, releases in held):
+            return KnownMistake(
+                "release-frees-early",
+                "a release frees a block that still holds another reference",
+                ("POOL-REFS",),
+                "more blocks free after releases that left a block one reference",
+            )
+        return None
 
     def _export(self, arg: Mapping[str, Any]) -> None:
         ids = [self.block(label) for label in arg["blocks"]]
@@ -292,6 +431,8 @@ class _PoolScript:
             return
         ids = action()
         envelope = oracle.decode(arg["data"], oracle.ReaderProfile(self.pool.geometry))
+        for record in envelope.records:
+            self._registered(record.block_hash)
         for label, block, record in zip(arg.get("as", []), ids, envelope.records, strict=False):
             self.ids[label] = block
             self.imported.add(label)

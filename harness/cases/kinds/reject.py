@@ -59,6 +59,7 @@ class Variant:
     base: bytes
     prefix: int | None = None
     flip: tuple[int, int] | None = None  # (offset, bit)
+    reseal: bool = False  # the flip's CRC trailer recomputed: the case is about the field
 
     @property
     def data(self) -> bytes:
@@ -68,6 +69,8 @@ class Variant:
             offset, bit = self.flip
             flipped = bytearray(self.base)
             flipped[offset] ^= 1 << bit
+            if self.reseal:
+                return oracle.seal(bytes(flipped[: -oracle.CRC_SIZE]))
             return bytes(flipped)
         return self.base
 
@@ -122,6 +125,8 @@ class RejectCase(Case):
                 (r, _verdict(data, pool.geometry, r))
                 for r in ((reads,) if reads else (ALL_READS, V1_ONLY))
             )
+            if variant.reseal and not verdicts[0][1].rule_ids:
+                continue  # a field flip the oracle accepts (a full block's hash): no rejection
             case = cls(
                 **{**common, "id": common["id"] + suffix},
                 variant=variant,
@@ -309,13 +314,52 @@ def expansion_offsets(data: bytes, how: str) -> list[tuple[int, tuple[int, ...]]
         chosen.setdefault(offset, (offset % 8,))
     if how == "prefixes":
         chosen.setdefault(oracle.MIN_ENVELOPE_SIZE, every)
+        # every prefix up to the first payload byte: the first record's head complete
+        chosen.setdefault(oracle.HEADER_SIZE + oracle.RECORD_PREFIX_SIZE, every)
     return sorted((o, bits) for o, bits in chosen.items() if 0 <= o < size)
+
+
+# Header fields read alike whatever the version: their flips are made in v1 envelopes alone.
+VERSION_BLIND_FIELDS = ("magic", *oracle.GEOMETRY_FIELDS)
+
+
+def field_flips(data: bytes) -> list[tuple[int, tuple[int, ...]]]:
+    """Where an envelope's fields are flipped (the CRC resealed), and which bits: every bit of
+    each header field (of a v2 envelope those whose check depends on the version: version,
+    dtype, n_blocks), every bit of each record's n_tokens, and one bit of each byte of a partial
+    block's hash (any bit breaks READ-HASH-FILL alike; a full block's hash may be any value)."""
+    every = tuple(range(8))
+    version = oracle.HEADER_FIELDS["version"].read(data)
+    chosen = [
+        (offset, every)
+        for field in oracle.HEADER_FIELDS.values()
+        if version == 1 or field.name not in VERSION_BLIND_FIELDS
+        for offset in range(field.offset, field.offset + field.size)
+    ]
+    geometry = oracle.header_geometry(data)
+    block_hash, fill = oracle.RECORD_FIELDS["block_hash"], oracle.RECORD_FIELDS["n_tokens"]
+    for start in range(
+        oracle.HEADER_SIZE, len(data) - oracle.CRC_SIZE, geometry.record_size(version)
+    ):
+        if fill.read(data, start) != geometry.block_tokens:
+            first = start + block_hash.offset
+            chosen += [(o, (o % 8,)) for o in range(first, first + block_hash.size)]
+        first = start + fill.offset
+        chosen += [(o, every) for o in range(first, first + fill.size)]
+    return chosen
 
 
 def _expansions(how: str | None, data: bytes, reseal: bool) -> Iterator[tuple[str, Variant]]:
     """Generated variants: every proper prefix, or every single-bit flip, of the envelope (of a
     large one, those at its structure: expansion_offsets)."""
     if how is None:
+        return
+    if how == "field-bit-flips":
+        if not reseal:
+            raise CaseDataError("field-bit-flips reseal the CRC: set reseal: true")
+        for offset, bits in field_flips(data):
+            for bit in bits:
+                yield f"-{offset}.{bit}", Variant(data, flip=(offset, bit), reseal=True)
         return
     if reseal:
         raise CaseDataError("expanded cases take the bytes as they are: set reseal: false")
