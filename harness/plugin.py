@@ -40,8 +40,6 @@ from .known import (
     COVERED,
     STALE,
     FailedTest,
-    KnownFailure,
-    WrittenBy,
     covering_entries,
     known_ids,
     listing_entries,
@@ -51,17 +49,23 @@ from .known import (
 )
 from .report import KEY_PROPERTY, headline, is_should_failure, report_paths, warning_note
 from .requirements import level_of, unknown_ids
+from .runstate import (
+    ACTIVE,
+    KNOWN,
+    KNOWN_WRITTEN_BY,
+    PROFILE,
+    REQS,
+    SETTINGS,
+    SHRINKING,
+    STARTED,
+    TESTEES,
+    is_active,
+    settings_of,
+    testees_of,
+)
 from .testee import Testee
 
 CASE_DIR_NAME = "cases"
-ACTIVE = pytest.StashKey[bool]()
-TESTEES = pytest.StashKey[list[Testee]]()
-KNOWN = pytest.StashKey[list[KnownFailure]]()
-KNOWN_WRITTEN_BY = pytest.StashKey[list[WrittenBy]]()
-SETTINGS = pytest.StashKey[options.RunSettings]()
-STARTED = pytest.StashKey[float]()
-SHRINKING = pytest.StashKey[ShrinkBudget]()
-REQS = pytest.StashKey[tuple[tuple[str, ...], str]]()
 GATE_PLUGIN = "tlkv-gate"
 SHOULD_FAILURE_PROPERTY = "should_failure"
 CORPUS_FOLDERS = (corpus.CASES, corpus.CONFORMANCE)
@@ -81,20 +85,6 @@ MARKERS = {
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
-
-
-def is_active(config: pytest.Config) -> bool:
-    """Whether this run is a conformance run: --impl was given, or the ini file names
-    implementations (tlkv_impl). Otherwise the plugin stays out of the way."""
-    return config.stash.get(ACTIVE, False)
-
-
-def settings_of(config: pytest.Config) -> options.RunSettings:
-    return config.stash[SETTINGS]
-
-
-def testees_of(config: pytest.Config) -> list[Testee]:
-    return config.stash.get(TESTEES, [])
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -140,9 +130,6 @@ def pytest_configure(config: pytest.Config) -> None:
         _close_testees(config)
         pytest.exit(f"--conformance-report {run.report}: {exc}", returncode=3)
     config.pluginmanager.register(gate, GATE_PLUGIN)
-
-
-PROFILE = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -202,14 +189,6 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if str(corpus.corpus_root()) not in config.args:
         return None
     return collection_path.name not in CORPUS_FOLDERS or None
-
-
-def parity_roots(config: pytest.Config) -> list[Path]:
-    """The golden-vector roots: the bundled parity/ and every one a user added
-    (--parity-root, ini tlkv_parity_root)."""
-    roots = [corpus.parity_dir()]
-    added = (Path(p).resolve() for p in options.value(config, options.PARITY_ROOT))
-    return roots + [r for r in added if r not in roots]
 
 
 def corpus_id(item: pytest.Item) -> str:
@@ -527,7 +506,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return report
     recorder = getattr(item, "funcargs", {}).get("fuzz_case")
     cut_short = isinstance(recorder, FuzzRecorder) and recorder.cut_short
-    report.sections = _bounded_shrink_note(item.config, report.sections, cut_short)
+    report.sections = profiles.bounded_shrink_note(
+        report.sections, settings_of(item.config).fuzz_shrink_seconds, cut_short
+    )
     # A skip points at the test's file, not at the harness line that raised it; with no line,
     # pytest's summary folds the file's skips of one reason into one line.
     if report.skipped and not hasattr(report, "wasxfail") and isinstance(report.longrepr, tuple):
@@ -632,31 +613,6 @@ def _failure_view(item: pytest.Item, failure: BaseException | None) -> dict[str,
     return failure_view(evidence, f"{path}:{(line or 0) + 1}")
 
 
-def _bounded_shrink_note(
-    config: pytest.Config, sections: list[tuple[str, str]], cut_short: bool
-) -> list[tuple[str, str]]:
-    """Hypothesis's own words when it gives up shrinking assume its five minutes: say instead
-    that the run's budget ended it (also when the recorder, not hypothesis, ended it)."""
-    budget = settings_of(config).fuzz_shrink_seconds
-    note = (
-        f"(shrinking stopped: the run's --fuzz-shrink-seconds={budget:g} were spent; the example "
-        "above is the smallest found by then)"
-    )
-    kept = []
-    for title, text in sections:
-        if profiles.SLOW_SHRINK_WARNING in text:
-            text, cut_short = text[: text.index(profiles.SLOW_SHRINK_WARNING)].rstrip(), True
-        if text:
-            kept.append((title, text))
-    if not cut_short:
-        return kept
-    for index, (title, text) in enumerate(kept):
-        if title.endswith("Hypothesis"):
-            kept[index] = (title, f"{text}\n{note}")
-            return kept
-    return [*kept, ("Hypothesis", note)]
-
-
 def _detail(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
     parts = [str(report.wasxfail)] if hasattr(report, "wasxfail") else []
     excinfo = call.excinfo
@@ -714,6 +670,3 @@ def regressions_dir(config: pytest.Config) -> Path:
     if folders:
         return folders[0] / "regressions"
     return config.invocation_params.dir / "tlkv-regressions"
-
-
-__all__ = ["is_active", "parity_roots", "settings_of", "testees_of"]

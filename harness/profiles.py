@@ -92,6 +92,31 @@ def bound_shrinking(seconds: float) -> None:
         engine.MAX_SHRINKING_SECONDS = max(seconds, 0.001)  # type: ignore[assignment]
 
 
+def bounded_shrink_note(
+    sections: list[tuple[str, str]], budget: float, cut_short: bool
+) -> list[tuple[str, str]]:
+    """A failing test's report sections with hypothesis's own words when it gives up shrinking
+    (they assume its five minutes) replaced by the run's `budget` ending it (also when the
+    recorder, not hypothesis, ended it: `cut_short`)."""
+    note = (
+        f"(shrinking stopped: the run's --fuzz-shrink-seconds={budget:g} were spent; the example "
+        "above is the smallest found by then)"
+    )
+    kept = []
+    for title, text in sections:
+        if SLOW_SHRINK_WARNING in text:
+            text, cut_short = text[: text.index(SLOW_SHRINK_WARNING)].rstrip(), True
+        if text:
+            kept.append((title, text))
+    if not cut_short:
+        return kept
+    for index, (title, text) in enumerate(kept):
+        if title.endswith("Hypothesis"):
+            kept[index] = (title, f"{text}\n{note}")
+            return kept
+    return [*kept, ("Hypothesis", note)]
+
+
 def _has(module: ModuleType | None, name: str) -> bool:
     return module is not None and hasattr(module, name)
 
