@@ -25,6 +25,7 @@ from .adapters import AdapterSettings, open_adapter, parse_impl
 from .checks import CaseFailure, is_not_applicable, not_applicable
 from .diagnosis import attribute
 from .errors import ImplementationFault, Refused, SuiteUsageError
+from .exit_status import EXIT_INTERNAL
 from .failure_view import failure_view
 from .fuzzing import (
     FuzzRecorder,
@@ -128,7 +129,7 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except ReportPathError as exc:
         _close_testees(config)
-        pytest.exit(f"--conformance-report {run.report}: {exc}", returncode=3)
+        pytest.exit(f"--conformance-report {run.report}: {exc}", returncode=EXIT_INTERNAL)
     config.pluginmanager.register(gate, GATE_PLUGIN)
 
 

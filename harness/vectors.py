@@ -41,6 +41,7 @@ from .cases.kinds import (
     TransferCase,
 )
 from .checks import in_pool_precision
+from .exit_status import EXIT_BROKEN_CASE_FILE, EXIT_USAGE
 from .exprs import BuildTarget
 from .oracle import Geometry
 
@@ -84,8 +85,6 @@ TRANSFER_OMITTED = (
     "server reports, so it is not written out as a history: run the suite with "
     "--impl=grpc:HOST:PORT for it"
 )
-EXIT_BROKEN_CASE_FILE = 2
-EXIT_USAGE = 4
 
 
 def _hash_hex(value: int) -> str:
