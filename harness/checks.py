@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from . import oracle
-from .adapters import PoolHandle, ReadBack
-from .adapters._base import values_digest
+from .adapters import PoolHandle, ReadBack, values_digest
 from .adapters._pysession import CALLER_ARRAY_CHANGED
 from .diagnosis import (
     CountEvidence,

@@ -48,7 +48,7 @@ from .known import (
     stale_test_entries,
     unlisted_requirement_entries,
 )
-from .report import KEY_PROPERTY, headline, is_should_failure, report_paths, warning_note
+from .report import KEY_PROPERTY, Impl, headline, is_should_failure, report_paths, warning_note
 from .requirements import level_of, unknown_ids
 from .runstate import (
     ACTIVE,
@@ -119,7 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         gate = Gate(
             config,
-            lambda: [t.report_impl() for t in testees_of(config)],
+            lambda: [_report_impl(t) for t in testees_of(config)],
             _recorded_settings(config, run),
             config.stash[KNOWN],
             config.stash[KNOWN_WRITTEN_BY],
@@ -139,6 +139,11 @@ def pytest_configure_node(node: Any) -> None:
     states (a case runs in one worker, and its file and id keep it apart from the others)."""
     if is_active(node.config):
         node.workerinput[options.HASH_SALT.ini] = settings_of(node.config).salt_text
+
+
+def _report_impl(testee: Testee) -> Impl:
+    """The implementation under test, as the report names it."""
+    return Impl(testee.label, testee.identity, testee.describe(), testee.fingerprint())
 
 
 def _recorded_settings(config: pytest.Config, run: options.RunSettings) -> dict[str, Any]:

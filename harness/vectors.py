@@ -26,8 +26,7 @@ import numpy as np
 
 from . import corpus, oracle
 from .adapters import GRPC_STATUS_OF
-from .cases import CaseFile, CaseFileError, load_case_file
-from .cases._sources import BlockPlan
+from .cases import BlockPlan, CaseFile, CaseFileError, load_case_file
 from .cases.kinds import (
     Case,
     ExportCase,

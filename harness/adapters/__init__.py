@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import SuiteUsageError
-from ._base import GRPC_STATUS_OF, STATUS_CODES, Adapter, Capability, ImplInfo, PoolHandle, ReadBack
+from ._base import (
+    GRPC_STATUS_OF,
+    STATUS_CODES,
+    Adapter,
+    Capability,
+    ImplInfo,
+    PoolHandle,
+    ReadBack,
+    values_digest,
+)
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
 
 
@@ -56,4 +65,5 @@ __all__ = [
     "ReadBack",
     "open_adapter",
     "parse_impl",
+    "values_digest",
 ]
