@@ -200,7 +200,8 @@ def test_matrix_nan_bits(producer: Testee, consumer: Testee, version: int, block
 
 
 def _cross(producer: Testee, consumer: Testee, version: int, block_set: str, nan: str) -> None:
-    """One producer x consumer pair, NaNs compared as `nan` says (harness.diff.NAN_POLICIES)."""
+    """One producer x consumer pair, NaNs compared as `nan` says
+    (tlkv_conformance.diff.NAN_POLICIES)."""
     _skip_unless_able(producer, consumer, version)
     geometry = _geometry(producer, consumer)
     seed = zlib.crc32(f"{block_set} v{version} {producer.label} {consumer.label}".encode())

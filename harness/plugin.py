@@ -4,8 +4,8 @@ point (`tlkv`) and inert unless a run asks for conformance (--impl, or the ini k
 It opens the implementations under test, collects the corpus (the bundled one, wherever pytest
 was started, plus the user's case folders), turns SHOULD-level failures into warnings, decides
 which failures are known failures, fixes the fuzzing seed, and hands every report to the gate
-(harness/gate.py).
-Options live in harness/options.py.
+(tlkv_conformance.gate).
+Options live in tlkv_conformance.options.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from .known import (
     unlisted_requirement_entries,
 )
 from .report import KEY_PROPERTY, Impl, headline, is_should_failure, report_paths, warning_note
-from .requirements import level_of, unknown_ids
+from .requirements import REQUIREMENTS_FILE, level_of, unknown_ids
 from .runstate import (
     ACTIVE,
     KNOWN,
@@ -79,8 +79,8 @@ MARKERS = {
     "reader": "importing envelopes and the reader rules",
     "pool": "pool behaviour: writes, references, the hash registry",
     "transfer": "the tl.kv.v1 gRPC transfer",
-    "fuzz": "property tests on drawn inputs (hypothesis; profiles in harness/profiles.py)",
-    "reqs(*ids)": "the requirement ids (harness/requirements.yaml) a test checks",
+    "fuzz": "property tests on drawn inputs (hypothesis; --hypothesis-profile, docs/fuzzing.md)",
+    "reqs(*ids)": f"the requirement ids ({REQUIREMENTS_FILE}) a test checks",
 }
 
 
@@ -455,7 +455,8 @@ def _fix_fuzzing_seed(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-    """Past the run's deadline, nothing more runs: the run stops, incomplete (harness/gate.py)."""
+    """Past the run's deadline, nothing more runs: the run stops, incomplete
+    (tlkv_conformance.gate)."""
     if not is_active(item.config):
         return None
     deadline = settings_of(item.config).run_deadline
@@ -541,7 +542,7 @@ def _apply_known_failures(
     item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]
 ) -> None:
     """The known-failures list, after the fact (as the SHOULD level): a failure it covers
-    (harness/known.py, coverage: on the requirements it is blamed on) becomes an expected
+    (tlkv_conformance.known, coverage: on the requirements it is blamed on) becomes an expected
     failure; a passing test an entry lists is an XPASS, and a strict entry is then stale (the
     gate fails the run at its end, naming it). Every
     failure is recorded on its report as the writer sees it (--write-known-failures), so that
@@ -572,7 +573,7 @@ def _apply_known_failures(
     if outcomes:
         report.tlkv_known = outcomes
     if listing:
-        # XPASS: the run fails at its end, naming the stale entries (harness/gate.py); the
+        # XPASS: the run fails at its end, naming the stale entries (tlkv_conformance.gate); the
         # test itself passed, so its requirements do not fail in the report.
         report.wasxfail = "; ".join(
             f"{'stale' if e.strict else 'known'} failure {e.shown()}: {e.reason}" for e in listing

@@ -38,7 +38,8 @@ SLOW_SHRINK_WARNING = "WARNING: Hypothesis has spent more than five minutes"
 DEFAULT_PROFILE = "gate"
 # The fuzz_case fixture is meant to outlive each example: it keeps the last one drawn, which
 # after a failure is the minimal example, to print as a regression case.
-# An example a way in cannot observe is rejected (harness/fuzzing.py), so through gRPC many are.
+# An example a way in cannot observe is rejected (tlkv_conformance.fuzzing), so through gRPC
+# many are.
 _SUPPRESSED = [
     HealthCheck.too_slow,
     HealthCheck.function_scoped_fixture,

@@ -1,4 +1,4 @@
-"""The hypothesis internals the gate relies on (harness/profiles.py) are there, are said once
+"""The hypothesis internals the gate relies on (tlkv_conformance.profiles) are there, are said once
 when missing, and take effect: the same seed draws the same examples whatever source files a
 process has loaded, and shrinking stops at the run's budget, saying so in the words the plugin
 looks for."""

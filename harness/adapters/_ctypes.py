@@ -1,6 +1,6 @@
 """The C shared library way in (`ctypes:PATH.so[,status-profile=FILE]`): CONTRACT section 1.
 
-The library runs in a worker process by default (harness/adapters/_worker.py), so a crash or a
+The library runs in a worker process by default (tlkv_conformance.adapters._worker), so a crash or a
 hang fails the case it happened in and the run goes on; `--isolation=inprocess` calls it in the
 pytest process instead, for a debugger. docs/ctypes.md is the user's guide.
 """
