@@ -42,7 +42,7 @@ def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
 
         return PyModuleAdapter(spec, settings)
     if spec.kind == "ctypes":
-        from ._ctypes import CtypesAdapter
+        from ._ctypes_adapter import CtypesAdapter
 
         return CtypesAdapter(spec, settings)
     if spec.kind == "grpc":

@@ -72,14 +72,6 @@ LOAD = "load"
 STARTUP_TIMEOUT = 30.0
 _EXIT_WAIT = 5.0  # seconds to wait for a worker that closed its pipe to be reaped
 _OUTPUT_LIMIT = 16_000  # characters of a crash's output quoted in a failure message
-# The worker is `python -c _BOOTSTRAP THIS_FILE ...`. Not `python THIS_FILE`: that puts this
-# directory first on sys.path, where _ctypes.py shadows the C module `import ctypes` needs. -c
-# puts the current directory ("") there instead, which is taken out.
-_BOOTSTRAP = (
-    "import runpy, sys\n"
-    "if sys.path[:1] == ['']: del sys.path[0]\n"
-    "runpy.run_path(sys.argv[1], run_name='__main__')"
-)
 
 
 # -- large buffers: shared memory -------------------------------------------------------------
@@ -365,7 +357,7 @@ class WorkerChannel:
         # Its stdout and stderr, read back after a crash; gone when closed.
         self._log = tempfile.TemporaryFile(prefix="tlkv-worker-")  # noqa: SIM115
         script = Path(__file__).resolve()
-        command = [sys.executable, "-c", _BOOTSTRAP, str(script)]
+        command = [sys.executable, str(script)]
         command += [str(request_r), str(reply_w), str(os.getpid()), str(self.memory_limit)]
         self._outbox, self._inbox = SharedBuffer.create(), SharedBuffer.create()
         shared = [b.fd for b in (self._outbox, self._inbox) if b is not None]
@@ -559,5 +551,5 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-if __name__ == "__main__":  # started by WorkerChannel through _BOOTSTRAP
-    _worker_main(sys.argv[2:])
+if __name__ == "__main__":  # started by WorkerChannel
+    _worker_main(sys.argv[1:])
