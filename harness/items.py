@@ -25,7 +25,7 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-class CaseFile(pytest.File):
+class CaseFileCollector(pytest.File):
     """A YAML case file: one item per case and implementation under test."""
 
     def collect(self) -> Iterator[CaseItem]:

@@ -35,7 +35,7 @@ from .fuzzing import (
     write_regression,
 )
 from .gate import Gate, ReportPathError
-from .items import CaseFile, CaseItem, display_path
+from .items import CaseFileCollector, CaseItem, display_path
 from .known import (
     CITED_PASSED,
     COVERED,
@@ -319,7 +319,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     resolved = file_path.resolve()
     roots = [corpus.cases_dir(), *user_case_dirs(parent.config)]
     if any(resolved.is_relative_to(r) for r in roots) or CASE_DIR_NAME in file_path.parts[:-1]:
-        return CaseFile.from_parent(parent, path=file_path)
+        return CaseFileCollector.from_parent(parent, path=file_path)
     return None
 
 
