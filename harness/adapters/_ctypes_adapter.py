@@ -195,7 +195,7 @@ class CtypesAdapter(SessionAdapter):
     def __init__(self, spec: ImplSpec, settings: AdapterSettings) -> None:
         try:
             library, statuses, env = self._prepare(spec, settings)
-            channel = open_channel(_ffi, (str(library), statuses), settings, env)
+            channel = open_channel(_ffi.LibrarySession, (str(library), statuses), settings, env)
         except SuiteUsageError as exc:
             raise SuiteUsageError(f"--impl {spec.label}: {exc}") from None
         super().__init__(spec, channel, spec.geometry)
