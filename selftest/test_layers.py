@@ -112,3 +112,15 @@ def test_a_planted_import_breaks_its_contract(
             f"{COPY}.{module.removesuffix('.py').removesuffix('/__init__').replace('/', '.')}"
         )
         assert importer in run.stdout, run.stdout
+
+
+def test_the_run_state_is_kept_in_one_module() -> None:
+    """The stash keys a run's state is kept under are defined once, in the run-state module
+    (which the plugin writes and items and corpus tests read)."""
+    package = ROOT / "harness"
+    defining = sorted(
+        ".".join([PACKAGE, *path.relative_to(package).with_suffix("").parts])
+        for path in package.rglob("*.py")
+        if "StashKey[" in path.read_text(encoding="utf-8")
+    )
+    assert defining == [f"{PACKAGE}.runstate"]
