@@ -173,13 +173,25 @@ def test_key(nodeid: str, label: str) -> str:
     return f"{base}[{padded.replace(whole, '-*-', 1)[1:-1]}]"
 
 
-def _counted_reqs(result: TestResult, table: dict[str, Requirement]) -> tuple[str, ...]:
-    # A SHOULD-level case that also cites MUST requirements demands a project decision on top
-    # of them (e.g. rules-before-limits-*): its failure is the decision's, not the MUST ones'.
-    if result.outcome in FAILED_LIKE and result.level == "SHOULD":
-        should = tuple(r for r in result.reqs if r in table and not table[r].is_must)
-        return should or result.reqs
-    return result.reqs
+def _charged(
+    result: TestResult, table: dict[str, Requirement]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The requirements a test counts for, and those its failure only affects: a failure
+    counts against the requirements it is blamed on, and the others it cites are affected,
+    not failed (docs/report.md, "Diagnosis")."""
+    if result.outcome not in FAILED_LIKE:
+        return result.reqs, ()
+    cited, blamed = result.reqs, result.blamed
+    if result.level == "SHOULD":
+        # A SHOULD-level failure is its SHOULD requirements', never a MUST one's: a case that
+        # also cites MUST requirements demands a project decision on top of them (e.g.
+        # rules-before-limits-*), and a difference in a MUST requirement's field (a tiny
+        # slab's scale) is what breaking the decision looks like.
+        cited = tuple(r for r in cited if r in table and not table[r].is_must)
+        blamed = tuple(r for r in blamed if r in table and not table[r].is_must)
+    if not blamed:
+        return cited, ()
+    return blamed, tuple(r for r in cited if r not in blamed)
 
 
 def _diagnose_run(results: Sequence[TestResult]) -> list[Finding]:
@@ -297,15 +309,12 @@ def _cells(
     for result in results:
         impl = result.roles.get("impl")
         if impl in labels:
-            counted = _counted_reqs(result, table)
-            # A failure counts against the requirements it is blamed on; the others it
-            # cites are affected, not failed (docs/report.md, "Diagnosis").
-            blamed = result.blamed if result.outcome in FAILED_LIKE else ()
-            for rid in blamed or counted:
+            counted, affected = _charged(result, table)
+            for rid in counted:
                 if rid in cells:
                     cells[rid][impl].add(result)
-            for rid in counted:
-                if blamed and rid not in blamed and rid in cells:
+            for rid in affected:
+                if rid in cells:
                     cells[rid][impl].affect(result)
         pair = (result.roles.get("producer", ""), result.roles.get("consumer", ""))
         if pair in matrix:

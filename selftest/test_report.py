@@ -24,7 +24,7 @@ from tlkv_conformance.report import (
     RunInfo,
     report_paths,
 )
-from tlkv_conformance.report_text import closing_lines
+from tlkv_conformance.report_text import closing_lines, markdown, terminal_lines
 from tlkv_conformance.requirements import requirements
 
 from selftest.support import ROOT, SuiteRun, patched_copy, run_conformance
@@ -450,6 +450,46 @@ def test_verdicts_aggregate_and_should_cases_do_not_fail_must_requirements() -> 
         "HASH-FNV",
         "READ-RULES-FIRST",
     ]
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["warning", "strict"])
+def test_a_should_failure_blamed_on_must_requirements_is_its_should_requirements(
+    strict: bool,
+) -> None:
+    """A SHOULD-level case whose differences lie in fields of MUST requirements (tiny-slabs
+    blamed on V2-SCALE and V2-E4M3, as seen on an engine with the tiny-slab warning) fails its
+    own SHOULD requirement, a warning unless --strict: no MUST requirement shows as failed or
+    warned, in the tables or the counts; its blame is still said with the test."""
+    log = ResultLog(strict=strict)
+    for phase in (
+        _phase("e4m3[x]", "call", "passed", "x", "V2-SCALE", "V2-E4M3", level="MUST"),
+        _phase(
+            "tiny-slabs[x]",
+            "call",
+            "failed" if strict else "passed",
+            "x",
+            "V2-TINY-SLAB",
+            level="SHOULD",
+            warning=not strict,
+            blamed=("V2-SCALE", "V2-E4M3"),
+        ),
+    ):
+        log.add(phase)
+    conformance = Conformance.build([Impl("x", "x", "")], log, exit_status=int(strict))
+    shown = "FAIL" if strict else "warn"
+    assert [(r.id, r.level, row["x"].shown) for r, row in conformance.failing] == [
+        ("V2-TINY-SLAB", "SHOULD", shown)
+    ]
+    cells = conformance.requirement_cells
+    assert (cells["V2-SCALE"]["x"].verdict, cells["V2-E4M3"]["x"].verdict) == ("passed", "passed")
+    counts = conformance.summaries[0].requirements
+    assert counts.get("SHOULD failed" if strict else "SHOULD warning") == 1
+    assert "MUST failed" not in counts
+    terminal = "\n".join(terminal_lines(conformance))
+    assert f"V2-TINY-SLAB  SHOULD  {shown}" in terminal
+    assert "blamed on V2-SCALE, V2-E4M3" in terminal  # where the bytes differ
+    assert f"V2-SCALE      MUST    {shown}" not in terminal
+    assert "| V2-SCALE | MUST | pass |" in markdown(conformance)
 
 
 # -- what a run must show ---------------------------------------------------------------------
