@@ -56,6 +56,7 @@ __all__ = [
     "headline",
     "is_should_failure",
     "report_paths",
+    "shown_verdict",
     "test_key",
     "warning_note",
 ]
@@ -64,6 +65,14 @@ __all__ = [
 VERDICTS = ("failed", "affected", "passed", "xfail", "skipped", "not run")
 # What not_shown gives an implementation for which no MUST requirement was shown at all.
 NOTHING_SHOWN = "no MUST requirement"
+# A verdict as the tables show it (terminal, Markdown, HTML); "failed" is FAIL or warn.
+_SHOWN = {
+    "passed": "pass",
+    "affected": "affected",
+    "xfail": "xfail",
+    "skipped": "skip",
+    "not run": "-",
+}
 
 
 # -- the model ---------------------------------------------------------------------------------
@@ -93,6 +102,13 @@ class RunInfo:
     finished: str = ""
     suite_version: str = ""
     settings: dict[str, Any] = field(default_factory=dict)  # options, seed, profile, versions
+
+
+def shown_verdict(verdict: str, gating: bool) -> str:
+    """A cell's verdict in a table: a SHOULD failure that does not fail the run is a warning."""
+    if verdict == "failed":
+        return "FAIL" if gating else "warn"
+    return _SHOWN.get(verdict, verdict)
 
 
 @dataclass
@@ -142,11 +158,7 @@ class Cell:
 
     @property
     def shown(self) -> str:
-        """The verdict in a table: a SHOULD failure that does not fail the run is a warning."""
-        if self.verdict == "failed":
-            return "FAIL" if self.gating else "warn"
-        shown = {"passed": "pass", "affected": "affected", "xfail": "xfail", "skipped": "skip"}
-        return shown.get(self.verdict, "-")
+        return shown_verdict(self.verdict, self.gating)
 
 
 @dataclass(frozen=True)

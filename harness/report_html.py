@@ -16,17 +16,10 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
+from .report import shown_verdict
 from .report_html_evidence import error_picture, hex_windows
 from .requirements import clause_url, requirements
 from .result_log import headline
-
-SHOWN = {  # a requirement cell's verdict as the Markdown report shows it
-    "passed": "pass",
-    "affected": "affected",
-    "xfail": "xfail",
-    "skipped": "skip",
-    "not run": "-",
-}
 
 
 def render_html(report: dict[str, Any]) -> str:
@@ -180,8 +173,7 @@ def _requirement_matrix(report: dict[str, Any]) -> str:
         for label in labels:
             cell = req["results"].get(label, {})
             verdict = cell.get("verdict", "not run")
-            shown = ("FAIL" if cell.get("gating") else "warn") if verdict == "failed" else None
-            text = shown or SHOWN.get(verdict, verdict)
+            text = shown_verdict(verdict, bool(cell.get("gating")))
             tests = _counts(cell.get("tests", {}))
             cells.append(
                 f'<td class="v v-{escape(text)}" title="{escape(tests or "no test")}">'
@@ -224,8 +216,7 @@ def _pair_matrix(report: dict[str, Any]) -> str:
         for consumer in labels:
             cell = cells.get((producer, consumer), {})
             verdict = cell.get("verdict", "not run")
-            text = ("FAIL" if cell.get("gating") else "warn") if verdict == "failed" else None
-            text = text or SHOWN.get(verdict, verdict)
+            text = shown_verdict(verdict, bool(cell.get("gating")))
             row.append(f'<td class="v v-{escape(text)}">{escape(text)}</td>')
         rows.append(f"<tr>{''.join(row)}</tr>")
     head = "".join(f"<th>{_code(label)}</th>" for label in labels)
