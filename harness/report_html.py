@@ -1,5 +1,5 @@
 """report.html: the conformance report as one self-contained page (docs/report.md, "The HTML
-page"), rendered from the report's JSON (`Conformance.as_json()`), the same data report.json
+page"), rendered from the model's JSON (`report_json.report_json`), the same data report.json
 holds: no aggregation of its own, no network access, no external assets (CSS, script and the
 error pictures are inline).
 
