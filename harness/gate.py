@@ -34,6 +34,8 @@ from .diagnosis import Cause
 from .exit_status import COMPLETION_ENV, EXIT_INTERNAL, EXIT_NOT_SHOWN
 from .known import FailedTest, KnownFailure, WrittenBy, known_failures_text, stale_entries
 from .report import Conformance, Impl, Phase, ResultLog, RunInfo, report_paths
+from .report_files import write_reports
+from .report_text import closing_lines, terminal_lines
 
 WARNING_CATEGORY = "SHOULD-warning"
 
@@ -233,11 +235,11 @@ class Gate:
             self.info, complete=not reason, incomplete_reason=reason, finished=_now()
         )
         self.conformance = Conformance.build(self.impls(), self.log, status, info)
-        if status == 0 and self.conformance.not_shown():
+        if status == 0 and self.conformance.not_shown:
             status = self.conformance.exit_status = EXIT_NOT_SHOWN
         if self.report_base is not None:
             try:
-                self.written = self.conformance.write(self.report_base)
+                self.written = write_reports(self.conformance, self.report_base)
             except OSError as exc:
                 print(
                     f"ERROR: cannot write the conformance report {self.report_base}: "
@@ -286,9 +288,9 @@ class Gate:
         if self.conformance is None or not self.conformance.conformance_tests:
             return
         terminalreporter.section("TLKV conformance")
-        for line in self.conformance.terminal_lines():
+        for line in terminal_lines(self.conformance):
             terminalreporter.write_line(line)
-        for line in self.conformance.closing_lines(self.written):
+        for line in closing_lines(self.conformance, self.written):
             terminalreporter.write_line(line, yellow=True, bold=True)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
