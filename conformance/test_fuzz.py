@@ -1,4 +1,4 @@
-"""Properties on drawn inputs, through whichever adapter is selected (harness/strategies.py).
+"""Properties on drawn inputs, through whichever adapter is selected (tlkv_conformance.strategies).
 
 Each example is a case spec run by the same case kinds as the YAML corpus; a failing example is
 shown as a YAML case (and written to cases/regressions/ with --write-regressions).

@@ -8,10 +8,11 @@
 (`python -m tlkv_conformance.generators.golden` is the same.)
 
 The manifest is the source of truth. Every blob is rebuilt from its manifest entry through the
-oracle (harness.golden.GoldenEntry.encode), and every value comes from a harness/values.py
-recipe built on PCG64's raw output, integer and float64 arithmetic and IEEE conversions, so the
-bytes are the same on any machine and numpy version. The standard set (kv.wire.v1, kv.wire.v2)
-is also defined here, and --check insists its manifests equal that definition byte for byte.
+oracle (tlkv_conformance.golden.GoldenEntry.encode), and every value comes from a
+tlkv_conformance.values recipe built on PCG64's raw output, integer and float64 arithmetic and
+IEEE conversions, so the bytes are the same on any machine and numpy version. The standard set
+(kv.wire.v1, kv.wire.v2) is also defined here, and --check insists its manifests equal that
+definition byte for byte.
 """
 
 from __future__ import annotations

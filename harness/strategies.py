@@ -49,7 +49,7 @@ def tokens(min_size: int = 0, max_size: int = 64) -> st.SearchStrategy[list[int]
 
 
 def values_recipes(version: int) -> st.SearchStrategy[dict[str, Any]]:
-    """A values recipe (harness/values.py): finite for v2, specials allowed for v1."""
+    """A values recipe (tlkv_conformance.values): finite for v2, specials allowed for v1."""
     seed = st.integers(0, 2**32 - 1)
     ranges = st.sampled_from([(-1.0, 1.0), (-448.0, 448.0), (-0.01, 0.01), (0.0, 60000.0)])
     patterns = SPECIAL_F16 + (NON_FINITE_F16 if version == 1 else ())

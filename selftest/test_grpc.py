@@ -25,8 +25,8 @@ from tlkv_conformance.cases.kinds._base import record_hashes
 from tlkv_conformance.checks import CaseFailure, calls_to_testee
 from tlkv_conformance.diagnosis import CountEvidence, attribute
 from tlkv_conformance.errors import NotObservable, Refused, SuiteUsageError, WrongCount
+from tlkv_conformance.exit_status import EXIT_NOT_SHOWN
 from tlkv_conformance.exprs import BuildTarget
-from tlkv_conformance.gate import EXIT_NOT_SHOWN
 
 from selftest.support import Server, pool_flags, start_reference_server
 

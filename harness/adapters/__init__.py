@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import SuiteUsageError
-from ._base import GRPC_STATUS_OF, STATUS_CODES, Adapter, Capability, ImplInfo, PoolHandle, ReadBack
+from ._base import (
+    GRPC_STATUS_OF,
+    STATUS_CODES,
+    Adapter,
+    Capability,
+    ImplInfo,
+    PoolHandle,
+    ReadBack,
+    values_digest,
+)
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
 
 
@@ -33,7 +42,7 @@ def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
 
         return PyModuleAdapter(spec, settings)
     if spec.kind == "ctypes":
-        from ._ctypes import CtypesAdapter
+        from ._ctypes_adapter import CtypesAdapter
 
         return CtypesAdapter(spec, settings)
     if spec.kind == "grpc":
@@ -56,4 +65,5 @@ __all__ = [
     "ReadBack",
     "open_adapter",
     "parse_impl",
+    "values_digest",
 ]

@@ -13,7 +13,7 @@ from ..oracle import Geometry
 
 STATUS_CODES = ("EINVAL", "ENOMEM", "EFORMAT", "ESHAPE", "ENOTFOUND")
 # How a gRPC server reports what a C library reports with each status (docs/grpc.md); the
-# reader rules carry their own statuses (harness.oracle.READER_RULES).
+# reader rules carry their own statuses (tlkv_conformance.oracle.READER_RULES).
 GRPC_STATUS_OF = {
     "EINVAL": "INVALID_ARGUMENT",
     "ENOMEM": "RESOURCE_EXHAUSTED",

@@ -33,7 +33,7 @@ class CallLedger:
     """Per operation: its last consecutive faults, its slowest answered call, whether it has
     answered at all; from these, each call's wait and the operations not to call again.
 
-    `names` gives an operation's name in messages (the C function for a Session method)."""
+    `names` gives an operation's name in messages (the C function for a session method)."""
 
     def __init__(self, call_timeout: float, names: dict[str, str] | None = None) -> None:
         self.call_timeout = call_timeout

@@ -268,7 +268,7 @@ def check_imported(
     nan: str = "any",
 ) -> None:
     """The imported blocks: their ids, the free count, each block's values (NaNs compared as
-    `nan` says, harness.diff.NAN_POLICIES) and each hash registered."""
+    `nan` says, tlkv_conformance.diff.NAN_POLICIES) and each hash registered."""
     order = KnownMistake("import-ids", "import returns wrong block ids", ("IMPORT-ORDER",))
     if len(ids) != envelope.n_blocks:
         raise CaseFailure(
