@@ -1,4 +1,5 @@
-"""Adapters: the three ways the suite reaches an implementation (docs/contract.md)."""
+"""Adapters: the three ways the suite reaches an implementation (docs/contract.md), and the
+tl.kv.v1 transfer a gRPC one offers the transfer cases (`Transfer`, `Chunk`, docs/grpc.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from ..errors import SuiteUsageError
 from ._base import GRPC_STATUS_OF, STATUS_CODES, Adapter, Capability, ImplInfo, PoolHandle, ReadBack
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
+from ._transfer import Chunk, PushCounts, ServerInfo, Transfer
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,14 @@ __all__ = [
     "Adapter",
     "AdapterSettings",
     "Capability",
+    "Chunk",
     "ImplInfo",
     "ImplSpec",
     "PoolHandle",
+    "PushCounts",
     "ReadBack",
+    "ServerInfo",
+    "Transfer",
     "open_adapter",
     "parse_impl",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ... import oracle
-from ...adapters import ReadBack
+from ...adapters import Chunk, ReadBack, Transfer
 from ...checks import WRONG_COUNT, CaseFailure, ValueSource, compare_readback
 from ...diagnosis import KnownMistake, PoolChangeEvidence, RefusalEvidence
 from ...errors import NotObservable, Refused
@@ -30,7 +30,6 @@ from ...values import make_values
 from .._sources import CaseDataError, EnvelopeResolver, mutate
 from ._base import Case, FileContext
 
-MAX_PAYLOAD = 4 * 1024 * 1024
 DEFAULT_VALUES = {"pcg64": {"seed": 11, "low": -4.0, "high": 4.0}}
 
 
@@ -214,13 +213,13 @@ class TransferCase(Case):
     # -- whether this testee can run it ---------------------------------------------------------
 
     def skip_reason(self, testee: Testee) -> str | None:
-        adapter = testee.adapter
-        if testee.adapter.status_domain != "grpc" or not hasattr(adapter, "push"):
+        transfer = testee.adapter.transfer
+        if transfer is None:
             return (
                 f"transfer cases play the prefill side of tl.kv.v1; {testee.label} is not a "
                 "gRPC endpoint (--impl grpc:HOST:PORT)"
             )
-        server = adapter.geometry
+        server = transfer.geometry
         if self.geometry is not None and self.geometry != server:
             return f"the server's pool is {_shape(server)}; this case needs {_shape(self.geometry)}"
         if self.tail >= server.block_tokens:
@@ -231,7 +230,7 @@ class TransferCase(Case):
         if self.statuses is None and self.version not in reads:
             return f"{testee.label} does not read v{self.version}"
         size = server.envelope_size(1, self.version)
-        if size > MAX_PAYLOAD and self.statuses is None:
+        if size > oracle.MAX_CHUNK_PAYLOAD and self.statuses is None:
             return (
                 f"a one-block v{self.version} envelope of the server's pool is {size} bytes, "
                 "more than 4 MiB"
@@ -241,16 +240,17 @@ class TransferCase(Case):
     # -- running it -----------------------------------------------------------------------------
 
     def run(self, testee: Testee) -> None:
-        adapter: Any = testee.adapter
-        geometry = self.geometry or adapter.geometry
-        if self.checks & {"content", "pull_order"} and not adapter.has_pull:
+        transfer = testee.adapter.transfer
+        assert transfer is not None  # skip_reason skips the testees without one
+        geometry = self.geometry or transfer.geometry
+        if self.checks & {"content", "pull_order"} and not transfer.has_pull:
             raise NotObservable("this case compares content; the server does not offer PullKv")
-        if "free_blocks" in self.checks and not adapter.has_info:
+        if "free_blocks" in self.checks and not transfer.has_info:
             raise NotObservable("this case counts free blocks; the server does not offer GetInfo")
         prompt = _draw_prompt(
             geometry, self.version, self.full_blocks, self.tail, self.values, self.salt
         )
-        run = _Run(adapter, prompt)
+        run = _Run(transfer, prompt)
         try:
             run.expect_held([False] * len(prompt.full_hashes), "before anything was sent")
             if self.held:
@@ -268,7 +268,7 @@ class TransferCase(Case):
         if self.tamper is not None:
             chunks = self._tampered(chunks, prompt)
         largest = max((len(c.payload) for c in chunks), default=0)
-        if largest > MAX_PAYLOAD and "RESOURCE_EXHAUSTED" not in (self.statuses or ()):
+        if largest > oracle.MAX_CHUNK_PAYLOAD and "RESOURCE_EXHAUSTED" not in (self.statuses or ()):
             # The 4 MiB chunk limit answers first: what this case checks cannot be observed.
             raise NotObservable(
                 f"a {largest}-byte payload at this geometry is over the 4 MiB chunk limit, "
@@ -279,7 +279,7 @@ class TransferCase(Case):
             self._expect_refusal(run, chunks, held, free_before)
             return
         try:
-            counts = run.adapter.push(chunks)
+            counts = run.transfer.push(chunks)
         except Refused as refusal:
             raise CaseFailure(
                 f"the transfer was refused: {refusal}",
@@ -305,7 +305,7 @@ class TransferCase(Case):
         if "pull_order" in self.checks:
             run.expect_pull_order()
 
-    def _tampered(self, chunks: list[Any], prompt: _Prompt) -> list[Any]:
+    def _tampered(self, chunks: list[Chunk], prompt: _Prompt) -> list[Chunk]:
         tamper = self.tamper
         assert tamper is not None
         assert tamper.chunk is not None
@@ -330,7 +330,7 @@ class TransferCase(Case):
         return chunks
 
     def _expect_refusal(
-        self, run: _Run, chunks: list[Any], held: list[bool], free_before: int | None
+        self, run: _Run, chunks: list[Chunk], held: list[bool], free_before: int | None
     ) -> None:
         assert self.statuses is not None
         first = self.tamper.chunk if self.tamper is not None else self.held
@@ -339,7 +339,7 @@ class TransferCase(Case):
         if not rules and self.tamper is not None:  # a case about what a refusal leaves
             rules = self.tamper.rules()
         try:
-            counts = run.adapter.push(chunks)
+            counts = run.transfer.push(chunks)
         except Refused as refusal:
             if refusal.code not in self.statuses:
                 raise CaseFailure(
@@ -360,7 +360,7 @@ class TransferCase(Case):
         hashes = run.prompt.full_hashes
         claimed = chunks[first].block_hash
         extra = [claimed] if claimed and claimed not in hashes else []
-        got = run.adapter.has_blocks(hashes + extra)
+        got = run.transfer.has_blocks(hashes + extra)
         wrong = []
         for i, (block_hash, now) in enumerate(zip(hashes + extra, got, strict=True)):
             if i < len(held) and held[i]:
@@ -389,15 +389,13 @@ class TransferCase(Case):
 class _Run:
     """One prompt's transfers against one server."""
 
-    def __init__(self, adapter: Any, prompt: _Prompt) -> None:
-        self.adapter = adapter
+    def __init__(self, transfer: Transfer, prompt: _Prompt) -> None:
+        self.transfer = transfer
         self.prompt = prompt
 
-    def prefill_chunks(self, held: Sequence[bool], upto: int | None = None) -> list[Any]:
-        from ...adapters._grpc import Chunk  # grpcio is imported only when a transfer runs
-
+    def prefill_chunks(self, held: Sequence[bool], upto: int | None = None) -> list[Chunk]:
         prompt = self.prompt
-        request_id = self.adapter.new_request_id()
+        request_id = self.transfer.new_request_id()
         chunks = []
         count = len(prompt.hashes) if upto is None else upto
         for index in range(count):
@@ -411,7 +409,7 @@ class _Run:
         """Transfer the first n full blocks as an earlier prompt, so the server holds them."""
         chunks = self.prefill_chunks([False] * n_blocks, upto=n_blocks)
         try:
-            counts = self.adapter.push(chunks)
+            counts = self.transfer.push(chunks)
         except Refused as refusal:
             raise CaseFailure(
                 f"the earlier prompt of {n_blocks} blocks was refused: {refusal}",
@@ -429,7 +427,7 @@ class _Run:
             )
 
     def expect_held(self, expected: list[bool], when: str) -> None:
-        got = self.adapter.has_blocks(self.prompt.full_hashes)
+        got = self.transfer.has_blocks(self.prompt.full_hashes)
         if got != expected:
             never = not any(got) and any(expected)
             raise CaseFailure(
@@ -449,7 +447,7 @@ class _Run:
         order = list(reversed(range(len(hashes))))
         if len(order) > 2:
             order = order[1:] + order[:1]
-        got = self.adapter.has_blocks([hashes[i] for i in order])
+        got = self.transfer.has_blocks([hashes[i] for i in order])
         want = [expected[i] for i in order]
         if got != want:
             raise CaseFailure(
@@ -457,14 +455,14 @@ class _Run:
             )
 
     def free_blocks(self) -> int | None:
-        if not self.adapter.has_info or self.adapter.shared:
+        if not self.transfer.has_info or self.transfer.shared:
             return None
-        return self.adapter.server_info().free_blocks
+        return self.transfer.server_info().free_blocks
 
     def expect_free(self, before: int | None, used: int, what: str, at_most: bool = False) -> None:
         if before is None:
             return  # no GetInfo: cases that need the count say so in `check`
-        after = self.adapter.server_info().free_blocks
+        after = self.transfer.server_info().free_blocks
         if after == before - used or (at_most and before - used <= after <= before):
             return
         bound = f"between {before - used} and {before}" if at_most and used else f"{before - used}"
@@ -482,7 +480,7 @@ class _Run:
         hashes = self.prompt.full_hashes
         asked = hashes[1:] + hashes[:1] if len(hashes) > 1 else hashes
         asked = list(reversed(asked))
-        sent = [chunk.block_hash for chunk in self.adapter.pulled(asked, 1)]
+        sent = [chunk.block_hash for chunk in self.transfer.pulled(asked, 1)]
         if sent != asked:
             raise CaseFailure(
                 "PullKv of "
@@ -498,7 +496,7 @@ class _Run:
 
     def compare_content(self) -> None:
         hashes = self.prompt.full_hashes
-        chunks = self.adapter.pull(hashes, 1)
+        chunks = self.transfer.pull(hashes, 1)
         profile = oracle.ReaderProfile(self.prompt.geometry, frozenset({1}))
         for index, chunk in enumerate(chunks):
             try:
@@ -540,7 +538,7 @@ def _count_mistake(
     return KnownMistake(*WRONG_COUNT, reqs)
 
 
-def _what(chunk: Any, index: int) -> str:
+def _what(chunk: Chunk, index: int) -> str:
     return (
         f"chunk {index} (kv_format {chunk.kv_format}, block_hash {chunk.block_hash:#018x}, "
         f"{len(chunk.payload)}-byte payload, crc32c field {chunk.crc32c:#010x})"
