@@ -832,7 +832,13 @@ def _parser() -> argparse.ArgumentParser:
         ("--head-dim", "D, head dimension"),
     ):
         new.add_argument(flag, type=int, required=True, help=meaning)
-    new.add_argument("--version", type=int, choices=(1, 2), required=True, help="envelope format")
+    new.add_argument(
+        "--version",
+        type=int,
+        choices=sorted(oracle.KNOWN_VERSIONS),
+        required=True,
+        help="envelope format",
+    )
     new.add_argument(
         "--blocks", type=int, default=3, help="blocks in the sequence entry (default 3)"
     )
