@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +29,7 @@ from tlkv_conformance.diagnosis import CountEvidence, attribute
 from tlkv_conformance.errors import NotObservable, Refused, SuiteUsageError, WrongCount
 from tlkv_conformance.exprs import BuildTarget
 from tlkv_conformance.gate import EXIT_NOT_SHOWN
+from tlkv_conformance.references import grpc_server as reference_server
 
 from selftest.support import Server, pool_flags, start_reference_server
 
@@ -282,6 +285,26 @@ def test_transfer_cases_skip_on_other_testees(run_suite):
     assert not run.passed, run.output
     assert "is not a gRPC endpoint (--impl grpc:HOST:PORT)" in run.output
     assert "ref: not shown: no MUST requirement" in run.output
+
+
+def test_the_transfer_types_need_no_grpcio():
+    """The transfer kind and a scripted peer use Chunk and Transfer without importing grpcio
+    (a run that sends nothing over gRPC never loads it)."""
+    code = (
+        "import sys; import tlkv_conformance.cases.kinds.transfer; "
+        "from tlkv_conformance.adapters import Chunk, PushCounts, ServerInfo, Transfer; "
+        "print(sorted(m for m in sys.modules if m == 'grpc' or m.startswith('grpc.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_chunk_limits_are_the_specs_and_the_reference_servers():
+    """One chunk carries at most 4 MiB (spec, "Transfer"); the suite and the reference server,
+    which shares no code with it, receive the same: 4 MiB and 64 KiB for the other fields."""
+    assert oracle.MAX_CHUNK_PAYLOAD == 4 * 1024 * 1024 == reference_server.MAX_PAYLOAD
+    assert oracle.CHUNK_RECEIVE_LIMIT == 4 * 1024 * 1024 + 64 * 1024
+    assert oracle.CHUNK_RECEIVE_LIMIT == reference_server.RECEIVE_LIMIT
 
 
 # -- the adapter and the server, in this process -----------------------------------------------
