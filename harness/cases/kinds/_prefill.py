@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ... import oracle
-from ...adapters import Chunk, ReadBack, Transfer
+from ...adapters import Chunk, PushCounts, ReadBack, Transfer
 from ...checks import WRONG_COUNT, CaseFailure, ValueSource, compare_readback
 from ...diagnosis import KnownMistake, RefusalEvidence
 from ...errors import Refused
@@ -89,16 +89,20 @@ class PrefillRun:
             chunks.append(Chunk.of_payload(index, prompt.version, block_hash, payload, request_id))
         return chunks
 
+    def push_accepted(self, chunks: Sequence[Chunk], what: str) -> PushCounts:
+        """A PushKv the server must accept: a refusal fails the case."""
+        try:
+            return self.transfer.push(chunks)
+        except Refused as refusal:
+            raise CaseFailure(
+                f"{what} was refused: {refusal}",
+                RefusalEvidence(frozenset(), frozenset(), refusal.code),
+            ) from None
+
     def prime(self, n_blocks: int) -> None:
         """Transfer the first n full blocks as an earlier prompt, so the server holds them."""
         chunks = self.prefill_chunks([False] * n_blocks, upto=n_blocks)
-        try:
-            counts = self.transfer.push(chunks)
-        except Refused as refusal:
-            raise CaseFailure(
-                f"the earlier prompt of {n_blocks} blocks was refused: {refusal}",
-                RefusalEvidence(frozenset(), frozenset(), refusal.code),
-            ) from None
+        counts = self.push_accepted(chunks, f"the earlier prompt of {n_blocks} blocks")
         size = self.prompt.geometry.envelope_size(1, self.prompt.version)
         got = (counts.blocks_stored, counts.blocks_reused, counts.payload_bytes)
         expected = (n_blocks, 0, n_blocks * size)

@@ -225,13 +225,7 @@ class TransferCase(Case):
         if self.statuses is not None:
             self._expect_refusal(run, chunks, held, free_before)
             return
-        try:
-            counts = run.transfer.push(chunks)
-        except Refused as refusal:
-            raise CaseFailure(
-                f"the transfer was refused: {refusal}",
-                RefusalEvidence(frozenset(), frozenset(), refusal.code),
-            ) from None
+        counts = run.push_accepted(chunks, "the transfer")
         missing = sum(1 for h in held if not h)
         stored = missing + (1 if self.tail else 0)
         size = prompt.geometry.envelope_size(1, self.version)
