@@ -24,7 +24,7 @@ def _fixed(testee) -> list[int] | None:
 
 
 def _versions(testee, which: str) -> list[int]:
-    versions = sorted(getattr(testee.info, which) & {1, 2})
+    versions = sorted(getattr(testee.info, which) & oracle.KNOWN_VERSIONS)
     if not versions:
         not_applicable(f"{testee.label} has no envelope version for this property")
     return versions

@@ -48,6 +48,7 @@ from .known import (
     stale_test_entries,
     unlisted_requirement_entries,
 )
+from .oracle import MAX_CHUNK_PAYLOAD
 from .report import KEY_PROPERTY, Impl, headline, is_should_failure, report_paths, warning_note
 from .requirements import REQUIREMENTS_FILE, level_of, unknown_ids
 from .runstate import (
@@ -275,7 +276,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
     # tl.kv.v1 moves one block per chunk of at most 4 MiB: at a large geometry that limit is
     # the transport's, not the server's, so it is said once here rather than in every skip.
-    chunk = 4 * 1024 * 1024
+    chunk = MAX_CHUNK_PAYLOAD
     for t in testees_of(config):
         g = t.geometry
         if t.adapter.status_domain != "grpc" or g is None or g.envelope_size(1, 1) <= chunk:

@@ -52,7 +52,7 @@ ENVELOPES_FILE = "envelopes.json"
 EXPORTS_FILE = "exports.json"
 HISTORIES_FILE = "histories.json"
 SCHEMA_OUT = "schema.json"
-ALL_READS = frozenset({1, 2})
+ALL_READS = oracle.KNOWN_VERSIONS  # a reader of every version the format has
 V1_ONLY = frozenset({1})
 # Prefixes and bit flips are kept in full (each its own envelope, so a harness needs no
 # mutation code) while their base envelope is small, as it is at the case files' geometries.

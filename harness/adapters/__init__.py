@@ -1,4 +1,5 @@
-"""Adapters: the three ways the suite reaches an implementation (docs/contract.md)."""
+"""Adapters: the three ways the suite reaches an implementation (docs/contract.md), and the
+tl.kv.v1 transfer a gRPC one offers the transfer cases (`Transfer`, `Chunk`, docs/grpc.md)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ._base import (
     values_digest,
 )
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
+from ._transfer import Chunk, PushCounts, ServerInfo, Transfer
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,14 @@ __all__ = [
     "Adapter",
     "AdapterSettings",
     "Capability",
+    "Chunk",
     "ImplInfo",
     "ImplSpec",
     "PoolHandle",
+    "PushCounts",
     "ReadBack",
+    "ServerInfo",
+    "Transfer",
     "open_adapter",
     "parse_impl",
     "values_digest",

@@ -1,6 +1,6 @@
 """How long to wait for an operation of the implementation, and when to stop calling it: one
 record for every way in whose calls can hang or keep failing (a worker process running a C
-library or a Python module, `_worker.py`; a gRPC server, `_grpc.py`). docs/ctypes.md and
+library or a Python module, `_worker.py`; a gRPC server, `_grpc_client.py`). docs/ctypes.md and
 docs/grpc.md describe it to users.
 
 An operation (a C function, a Python method, an rpc) that hung twice in a row, or failed three

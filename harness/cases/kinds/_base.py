@@ -30,7 +30,7 @@ from .._sources import (
     plan_blocks,
 )
 
-ALL_READS = frozenset({1, 2})
+ALL_READS = oracle.KNOWN_VERSIONS  # a reader of every version the format has
 V1_ONLY = frozenset({1})
 MAX_DEFAULT_CAPACITY = 64
 PRELOAD_VALUES = {"kv": {"seed": 7}}
