@@ -72,11 +72,6 @@ FILE_OF_KIND = {
 # The precisions a pool may store in (CONTRACT.md): an imported block's later export depends
 # on it, as the pytest suite's expectation does.
 POOL_DTYPES = ("f16", "f32")
-# Why the cases of several pools alive at once have no history (docs/vectors.md).
-SEVERAL_POOLS_OMITTED = (
-    "a history runs on one pool, and this case creates a second one (pools kept apart): run "
-    "the suite with --impl=ctypes:PATH or --impl=py:MODULE for it"
-)
 # Why the transfer cases have no history (docs/vectors.md says what an engine loses).
 TRANSFER_OMITTED = (
     "a tl.kv.v1 conversation (HasBlocks, PushKv chunks) is composed at run time, with fresh "
@@ -365,6 +360,8 @@ def history_steps(case: PoolCase) -> list[dict[str, Any]]:
                 "version": arg["version"],
                 "expect": expect,
             }
+        elif op in ("use", "destroy"):
+            step = {"op": op, "pool": arg}  # no call to compare: a pool opened or destroyed
         elif op == "import":
             data = arg["data"]
             expect = _status(arg.get("expect"))
@@ -460,8 +457,6 @@ def _collect_file(
             collected.vectors.append(_envelope_vector(case, source))
         elif isinstance(case, ExportCase | RoundtripCase):
             collected.vectors.append(_export_vector(case, source))
-        elif isinstance(case, PoolCase) and any(op == "use" for op, _ in case.steps):
-            collected.omitted.append({"source": source, "reason": SEVERAL_POOLS_OMITTED})
         elif isinstance(case, PoolCase):
             collected.vectors.append(_history_vector(case, source))
         elif isinstance(case, TransferCase):

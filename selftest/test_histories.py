@@ -38,6 +38,26 @@ EXPORT_REVERSED = Mutant(
         ),
     ),
 )
+# The catalogue's registry-shared-between-pools mistake (py-registry-shared-between-pools) is
+# planted in the Python reference; this is the same mistake in the C reference, for the ctypes
+# runner: one hash registry for the process, emptied when a pool is created.
+REGISTRY_SHARED = Mutant(
+    id="pool-registry-shared-between-pools",
+    family="pool",
+    side="pool",
+    target="c",
+    description="one hash registry per process, emptied when a pool is created",
+    patch=(
+        (
+            "    pool->table = calloc((size_t)table_size, sizeof *pool->table);\n",
+            "    static uint32_t shared_table[1u << 16];\n"
+            "    memset(shared_table, 0, sizeof shared_table);\n"
+            "    pool->table = table_size <= (1u << 16) ? shared_table : NULL;\n",
+        ),
+        ("    free(pool->table);\n", ""),
+    ),
+)
+PLANTED_HERE = {m.id: m for m in (EXPORT_REVERSED, REGISTRY_SHARED)}
 # Each planted mistake, and the history (with the failing step's operation) that must catch it.
 PLANTED = {
     "pool-release-keeps-hash": ("cases/pool.yaml::references-and-registry", "find"),
@@ -50,6 +70,7 @@ PLANTED = {
     ),
     EXPORT_REVERSED.id: ("cases/pool.yaml::export-in-asked-order", "export"),
     "nan-as-infinity": ("cases/nans.yaml::write-read-nans-odd", "read"),
+    REGISTRY_SHARED.id: ("cases/pool.yaml::two-pools-keep-their-own-registries", "find"),
 }
 # The history each reference build skips, as the pytest suite does.
 SKIPPED = {
@@ -102,8 +123,7 @@ def test_reference_passes_the_histories_at_another_geometry(
 def test_planted_pool_mistake_fails_its_history(
     mutant_id: str, histories_path: Path, tmp_path: Path
 ) -> None:
-    mutant = CATALOGUE.get(mutant_id, EXPORT_REVERSED)
-    assert mutant.id == mutant_id
+    mutant = CATALOGUE.get(mutant_id) or PLANTED_HERE[mutant_id]
     source, op = PLANTED[mutant_id]
     with planted(mutant, tmp_path) as (impl, _):
         library = Path(impl.removeprefix("ctypes:"))
@@ -137,11 +157,21 @@ def test_histories_follow_the_pool_cases(histories: dict[str, Any]) -> None:
     assert ops[6:8] == [("free_blocks", {"count": 2}), ("find", {"status": ["ENOTFOUND"]})]
     assert by_source["cases/nans.yaml::write-read-nans-bits"]["level"] == "SHOULD"
     for h in histories["vectors"]:
-        named: set[str] = set()
+        in_pool: dict[str, str] = {}  # label -> the pool it names a block of
+        current = history_runner.FIRST_POOL
         for step in h["steps"]:
-            used = [step.get("block"), *step.get("blocks", []), step["expect"].get("block")]
-            assert {u for u in used if u} <= named, f"{h['source']}: a block used before named"
-            named |= {step["as"]} if isinstance(step.get("as"), str) else set(step.get("as", []))
+            current = step["pool"] if step["op"] == "use" else current
+            expect = step.get("expect", {})
+            used = [step.get("block"), *step.get("blocks", []), expect.get("block")]
+            for label in filter(None, used):
+                assert in_pool.get(label) == current, f"{h['source']}: {label} not in {current}"
+            named = [step["as"]] if isinstance(step.get("as"), str) else step.get("as", [])
+            in_pool.update(dict.fromkeys(named, current))
+    two_pools = by_source["cases/pool.yaml::fresh-pool-after-another-was-destroyed"]["steps"]
+    assert [(s["op"], s.get("pool")) for s in two_pools[:6]] == [
+        ("use", "old"), ("write", None), ("write", None), ("use", "first"),
+        ("destroy", "old"), ("use", "fresh"),
+    ]  # fmt: skip
     transfer = [o for o in histories["omitted"] if o["source"].startswith("cases/transfer.yaml")]
     assert transfer
     assert all(o["reason"] == vectors.TRANSFER_OMITTED for o in transfer)
