@@ -283,7 +283,7 @@ def _nan_matches(policy: str, want: int, got: int) -> bool:
 
 
 def run_file(library_path: Path, histories_json: Path) -> list[Outcome]:
-    """Every history of a histories.json against one library."""
+    """Every pool history of a histories.json against one library."""
     library = Library(library_path)
     document = json.loads(histories_json.read_text(encoding="ascii"))
-    return [run_history(library, history) for history in document["vectors"]]
+    return [run_history(library, h) for h in document["vectors"] if h["kind"] == "pool"]

@@ -15,8 +15,9 @@ import jsonschema
 import pytest
 from tlkv_conformance import oracle, vectors
 
-from selftest import envelope_runner, history_runner
+from selftest import envelope_runner, history_runner, transfer_runner
 from selftest.mutation import Mutant, load_catalogue, planted
+from selftest.support import pool_flags, start_reference_server
 
 CATALOGUE = {m.id: m for m in load_catalogue()}
 # Not in the catalogue: the pytest suite's export-in-asked-order catches it too, but the
@@ -172,9 +173,16 @@ def test_histories_follow_the_pool_cases(histories: dict[str, Any]) -> None:
         ("use", "old"), ("write", None), ("write", None), ("use", "first"),
         ("destroy", "old"), ("use", "fresh"),
     ]  # fmt: skip
-    transfer = [o for o in histories["omitted"] if o["source"].startswith("cases/transfer.yaml")]
-    assert transfer
-    assert all(o["reason"] == vectors.TRANSFER_OMITTED for o in transfer)
+    # Only the cases of the 4 MiB chunk limit are left out, each for its payload's size.
+    left_out = {o["source"].split("::")[1]: o["reason"] for o in histories["omitted"]}
+    assert set(left_out) == {
+        "payload-of-4-mib-accepted",
+        "payload-over-4-mib-refused",
+        "valid-payload-over-4-mib-refused",
+        "engine-sized-payload-over-4-mib-refused",
+        "payload-over-4-mib-status",
+    }
+    assert all("payloads over 16384 bytes are not spelled out" in r for r in left_out.values())
 
 
 def test_schema_refuses_broken_histories(histories_path: Path, histories: dict[str, Any]) -> None:
@@ -196,11 +204,26 @@ def test_schema_refuses_broken_histories(histories_path: Path, histories: dict[s
     ]
     for doc in broken:
         assert not validator.is_valid(doc)
+    transfer = next(h for h in histories["vectors"] if h["kind"] == "transfer")
+    push = next(s for s in transfer["steps"] if s["op"] == "push")
+
+    def with_transfer_step(step: dict[str, Any]) -> dict[str, Any]:
+        return {**histories, "vectors": [{**transfer, "steps": [step]}]}
+
+    assert validator.is_valid(with_transfer_step(push))
+    for step in [
+        {**push, "expect": {"status": ["EFORMAT"]}},  # a C status, not a gRPC one
+        {**push, "chunks": [{**push["chunks"][0], "crc32c": 1}]},
+        {"op": "free_blocks"},  # neither a mark nor a drop
+        {"op": "write", "hash": "00", "n_tokens": 1, "values_f32le_hex": "", "expect": {}},
+    ]:
+        assert not validator.is_valid(with_transfer_step(step))
 
 
-@pytest.mark.parametrize("runner", [history_runner, envelope_runner])
+@pytest.mark.parametrize("runner", [history_runner, envelope_runner, transfer_runner])
 def test_runner_shares_nothing_with_the_suite(runner: Any) -> None:
-    """A runner computes no expectation: it imports no part of the suite or the oracle."""
+    """A runner computes no expectation: it imports no part of the suite or the oracle (the
+    transfer runner only the stubs generated from the proto, as any engine generates its own)."""
     tree = ast.parse(Path(runner.__file__).read_text(encoding="utf-8"))
     imported = {
         alias.name if isinstance(node, ast.Import) else node.module or ""
@@ -208,4 +231,67 @@ def test_runner_shares_nothing_with_the_suite(runner: Any) -> None:
         if isinstance(node, ast.Import | ast.ImportFrom)
         for alias in node.names
     }
+    imported.discard("tlkv_conformance.grpc_stubs")
     assert not {m for m in imported if m.startswith(("tlkv_conformance", "harness", "numpy"))}
+
+
+# -- transfer histories -----------------------------------------------------------------------
+
+# The server the transfer histories are written for: the pool of cases/transfer.yaml's geometry
+# (the reference server's default; room for every history's blocks).
+TRANSFER_SERVER = pool_flags((4, 2, 2, 8), 20_000)
+# The transfer histories a reference server reading v1 and v2 skips: the v1-only reader's.
+TRANSFER_SKIPPED = {"cases/transfer.yaml::v2-to-v1-only-reader"}
+# Each planted server mistake (the catalogue's gRPC mutants), the history that must catch it,
+# the step that fails, and its level (an atomic stream is a decision: docs/grpc.md).
+PLANTED_IN_SERVER = {
+    "xfer-crc-unchecked": ("cases/transfer.yaml::crc-field-mismatch", "push", "MUST"),
+    "xfer-stream-not-atomic": (
+        "cases/transfer.yaml::refused-stream-is-atomic",
+        "has_blocks",
+        "SHOULD",
+    ),
+}
+
+
+def _verdicts(outcomes: list[transfer_runner.Outcome], verdict: str) -> dict[str, str]:
+    return {o.source: o.reason for o in outcomes if o.verdict == verdict}
+
+
+def test_reference_server_passes_every_transfer_history(histories_path: Path) -> None:
+    server = start_reference_server(TRANSFER_SERVER)
+    try:
+        outcomes = transfer_runner.run_file(server.address, histories_path)
+    finally:
+        server.stop()
+    assert _verdicts(outcomes, "failed") == {}
+    assert set(_verdicts(outcomes, "skipped")) == TRANSFER_SKIPPED
+    assert len(outcomes) > 20
+
+
+def test_transfer_histories_need_a_fresh_server(histories_path: Path) -> None:
+    """A server keeps what it stored: run twice, the histories find their blocks held before
+    anything was sent (docs/vectors.md: a fresh server, or fresh tokens from the suite)."""
+    server = start_reference_server(TRANSFER_SERVER)
+    try:
+        transfer_runner.run_file(server.address, histories_path)
+        again = transfer_runner.run_file(server.address, histories_path)
+    finally:
+        server.stop()
+    failed = _verdicts(again, "failed")
+    assert "step 1 (has_blocks)" in failed["cases/transfer.yaml::fresh-prompt"]
+
+
+@pytest.mark.parametrize("mutant_id", sorted(PLANTED_IN_SERVER))
+def test_planted_server_mistake_fails_its_transfer_history(
+    mutant_id: str, histories_path: Path, tmp_path: Path
+) -> None:
+    mutant = CATALOGUE[mutant_id]
+    assert mutant.target == "grpc"
+    source, op, level = PLANTED_IN_SERVER[mutant_id]
+    with planted(mutant, tmp_path) as (impl, _):
+        outcomes = transfer_runner.run_file(impl.removeprefix("grpc:"), histories_path)
+    failed = {o.source: o for o in outcomes if o.verdict == "failed"}
+    assert source in failed, f"{mutant_id} passes {source}"
+    assert f"({op})" in failed[source].reason
+    assert failed[source].level == level
