@@ -2,7 +2,9 @@
 server, written from the doc alone: the standard library, grpcio and the stubs generated from
 the proto (any engine generates its own), nothing else of tlkv_conformance. Every expectation
 comes from the JSON; this module only calls the server and compares. The self-test runs it
-against the bundled reference server (all must hold) and against planted server mistakes.
+against the bundled reference server (all must hold) and against planted server mistakes. It
+asks GetInfo for the server's geometry and versions, so it needs a server offering GetInfo (and
+PullKv); a harness for a server without them would skip the steps and histories that need them.
 """
 
 from __future__ import annotations
