@@ -31,9 +31,16 @@ from typing import Any
 import pytest
 
 from .cli import COMPLETION_ENV
-from .diagnosis import Cause
-from .known import FailedTest, KnownFailure, WrittenBy, known_failures_text, stale_entries
-from .report import Conformance, Impl, Phase, ResultLog, RunInfo, report_paths
+from .known import (
+    FailedTest,
+    KnownFailure,
+    WrittenBy,
+    failed_test,
+    known_failures_text,
+    stale_entries,
+)
+from .outcome import REPORT_ATTRIBUTE, TestIdentity, TestOutcome
+from .report import Conformance, Impl, ResultLog, RunInfo, report_paths
 from .report_files import write_reports
 from .report_text import closing_lines, terminal_lines
 
@@ -104,21 +111,14 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def phase_of(report: pytest.TestReport) -> Phase:
-    return Phase(
-        nodeid=report.nodeid,
-        when=report.when or "",
-        outcome=report.outcome,
-        properties=tuple((str(k), str(v)) for k, v in report.user_properties),
-        wasxfail=hasattr(report, "wasxfail"),
-        xfail_marked="xfail" in report.keywords,
-        detail=getattr(report, "tlkv_detail", "") or "",
-        warning=bool(getattr(report, "tlkv_warning", False)),
-        blamed=tuple(getattr(report, "tlkv_blamed", ()) or ()),
-        causes=tuple(Cause.from_json(c) for c in getattr(report, "tlkv_causes", ()) or ()),
-        symptom=getattr(report, "tlkv_symptom", "") or "",
-        not_applicable=bool(getattr(report, "tlkv_not_applicable", False)),
-        view=getattr(report, "tlkv_view", None),
+def outcome_of(report: pytest.TestReport) -> TestOutcome:
+    """The plugin's judgement of a reported phase (outcome.py); for a report the plugin did not
+    make (a crashed xdist worker's), what pytest says of it."""
+    judged = getattr(report, REPORT_ATTRIBUTE, None)
+    if isinstance(judged, TestOutcome):
+        return judged
+    return TestOutcome(
+        TestIdentity(report.nodeid, report.nodeid), report.when or "", report.outcome
     )
 
 
@@ -177,16 +177,17 @@ class Gate:
     # -- what the run reports ----------------------------------------------------------------
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.log.add(phase_of(report))
-        if getattr(report, "tlkv_warning", False):
+        outcome = outcome_of(report)
+        self.log.add(outcome)
+        if outcome.warning:
             self.warnings.append(report)
-        for source, outcome, test in getattr(report, "tlkv_known", ()):
+        for source, decision, test in outcome.known:
             entry = self._known_by_source.get(source)
             if entry:
-                self.known_outcomes.setdefault(entry, []).append((outcome, test))
-        failure = getattr(report, "tlkv_failure", None)
+                self.known_outcomes.setdefault(entry, []).append((decision, test))
+        failure = failed_test(outcome)
         if failure is not None:
-            self.failed_tests.append(FailedTest.from_json(failure))
+            self.failed_tests.append(failure)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -196,7 +197,8 @@ class Gate:
     def pytest_report_teststatus(
         self, report: pytest.TestReport
     ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
-        if getattr(report, "when", None) == "call" and getattr(report, "tlkv_warning", False):
+        judged = getattr(report, REPORT_ATTRIBUTE, None)
+        if isinstance(judged, TestOutcome) and judged.warning:
             return WARNING_CATEGORY, "W", ("WARNING (SHOULD)", {"yellow": True})
         return None
 
@@ -328,4 +330,4 @@ def _write_completion(run_id: str, status: int, complete: bool) -> None:
         Path(path).write_text(json.dumps(data), encoding="utf-8")
 
 
-__all__ = ["Gate", "ReportPathError", "phase_of", "report_paths"]
+__all__ = ["Gate", "ReportPathError", "outcome_of", "report_paths"]
