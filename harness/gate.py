@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from .cli import COMPLETION_ENV
+from .exit_status import COMPLETION_ENV, EXIT_INTERNAL, EXIT_NOT_SHOWN
 from .known import (
     FailedTest,
     KnownFailure,
@@ -44,15 +44,11 @@ from .report import Conformance, Impl, ResultLog, RunInfo, report_paths
 from .report_files import write_reports
 from .report_text import closing_lines, terminal_lines
 
-EXIT_INTERNAL = 3
-# The run completed without a failure but did not show every MUST requirement that applies
-# (Conformance.not_shown; docs/report.md, "What a run must show").
-EXIT_NOT_SHOWN = 6
 WARNING_CATEGORY = "SHOULD-warning"
 
 
 class ReportPathError(Exception):
-    """The report cannot be written where it was asked for: one line, exit 3."""
+    """The report cannot be written where it was asked for: one line, EXIT_INTERNAL."""
 
 
 class ReportLock:

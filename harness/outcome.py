@@ -77,7 +77,7 @@ class TestOutcome:
     not_applicable: bool = False
     view: dict[str, Any] | None = None  # what the HTML report shows of it (failure_view)
     # the known-failures list's decisions on it: (entry source, covered | stale | cited-passed,
-    # the test's key), harness/known.py
+    # the test's key), tlkv_conformance.known
     known: tuple[tuple[str, str, str], ...] = ()
 
     @property

@@ -16,7 +16,7 @@ import pytest
 from tlkv_conformance import report as tlkv_report
 from tlkv_conformance.adapters import parse_impl
 from tlkv_conformance.diagnosis import Cause
-from tlkv_conformance.gate import EXIT_NOT_SHOWN
+from tlkv_conformance.exit_status import EXIT_NOT_SHOWN
 from tlkv_conformance.outcome import TestIdentity, TestOutcome
 from tlkv_conformance.report import (
     NOTHING_SHOWN,
