@@ -3,8 +3,8 @@
 Exit status 0 means the run completed and every MUST held, nothing less. So the gate:
 - exits EXIT_NOT_SHOWN (6) from a run without failures that did not show every MUST requirement
   that applies (report.Conformance.not_shown): nothing refuted is not conformant;
-- counts SHOULD-level failures as warnings (the plugin reports them as passed, with the
-  failure attached, so they neither fail the run nor stop `-x`/`--maxfail`);
+- counts SHOULD-level failures as warnings (TestOutcome.warning: the plugin reports them as
+  passed, with the failure attached, so they neither fail the run nor stop `-x`/`--maxfail`);
 - marks a run that did not finish (SIGINT, SIGTERM, a deadline, `-x`, tests that never ran)
   incomplete: its report says so, no implementation shows PASS, its exit status is not 0;
 - writes the report atomically, with a run id, under a lock that keeps concurrent runs from

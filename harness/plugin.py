@@ -2,8 +2,9 @@
 point (`tlkv`) and inert unless a run asks for conformance (--impl, or the ini key tlkv_impl).
 
 It opens the implementations under test, collects the corpus (the bundled one, wherever pytest
-was started, plus the user's case folders), turns SHOULD-level failures into warnings, decides
-which failures are known failures, fixes the fuzzing seed, and hands every report to the gate
+was started, plus the user's case folders), judges each test's phases once (a TestOutcome,
+tlkv_conformance.outcome: its diagnosis, the known-failures list's decisions, the SHOULD
+level), fixes the fuzzing seed, and hands every report, its outcome on it, to the gate
 (tlkv_conformance.gate).
 Options live in tlkv_conformance.options.
 """
