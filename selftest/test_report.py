@@ -17,6 +17,7 @@ from tlkv_conformance import report as tlkv_report
 from tlkv_conformance.adapters import parse_impl
 from tlkv_conformance.diagnosis import Cause
 from tlkv_conformance.exit_status import EXIT_NOT_SHOWN
+from tlkv_conformance.gate import outcome_of
 from tlkv_conformance.outcome import TestIdentity, TestOutcome
 from tlkv_conformance.report import (
     NOTHING_SHOWN,
@@ -527,6 +528,23 @@ def test_an_outcome_crosses_from_an_xdist_worker_unchanged() -> None:
     carried = TestOutcome.from_json(json.loads(json.dumps(outcome.as_json())))
     assert carried == outcome
     assert isinstance(carried.causes[0], Cause)
+
+
+def test_a_report_the_plugin_did_not_judge_fails_the_run() -> None:
+    """A crashed xdist worker's report (made by pytest-xdist, never judged by the plugin) is
+    an error that fails the run, under the test's own id."""
+    crashed = pytest.TestReport(
+        "t.py::t",
+        ("t.py", None, "t.py"),
+        {},
+        "failed",
+        "worker 'gw0' crashed",
+        "???",  # type: ignore[arg-type]
+    )
+    log = ResultLog(strict=False)
+    log.add(outcome_of(crashed))
+    (result,) = log.results()
+    assert (result.outcome, result.gating, result.key) == ("error", True, "t.py::t")
 
 
 # -- what a run must show ---------------------------------------------------------------------
