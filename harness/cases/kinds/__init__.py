@@ -8,6 +8,7 @@ from .export import ExportCase
 from .hashing import HashCase, HashSequenceCase
 from .importing import ImportCase
 from .pool import PoolCase
+from .prefill import PrefillCase
 from .reject import RejectCase
 from .roundtrip import RoundtripCase
 from .transfer import TransferCase
@@ -23,6 +24,7 @@ KINDS: dict[str, Any] = {
         RoundtripCase,
         PoolCase,
         TransferCase,
+        PrefillCase,
     )
 }
 
@@ -37,6 +39,7 @@ __all__ = [
     "ImportCase",
     "NotApplicableCase",
     "PoolCase",
+    "PrefillCase",
     "RejectCase",
     "RoundtripCase",
     "TransferCase",
