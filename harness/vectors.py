@@ -35,6 +35,7 @@ from .cases.kinds import (
     ImportCase,
     NotApplicableCase,
     PoolCase,
+    PrefillCase,
     RejectCase,
     RoundtripCase,
     TransferCase,
@@ -68,6 +69,7 @@ FILE_OF_KIND = {
     RoundtripCase.kind: EXPORTS_FILE,
     PoolCase.kind: HISTORIES_FILE,
     TransferCase.kind: HISTORIES_FILE,
+    PrefillCase.kind: HISTORIES_FILE,
 }
 # The precisions a pool may store in (CONTRACT.md): an imported block's later export depends
 # on it, as the pytest suite's expectation does.
@@ -83,6 +85,12 @@ TRANSFER_OMITTED = (
     "random tokens each run (a server's pool outlives the run) and mostly at the geometry the "
     "server reports, so it is not written out as a history: run the suite with "
     "--impl=grpc:HOST:PORT for it"
+)
+# Why the prefill cases have no history: the implementation is a client the suite serves.
+PREFILL_OMITTED = (
+    "a prefill case serves a client under test from a scripted decode server and checks what "
+    "it recorded: a conversation, not data to hand an engine: run the suite with "
+    "--impl=prefill-py:MODULE for it"
 )
 
 
@@ -466,6 +474,8 @@ def _collect_file(
             collected.vectors.append(_history_vector(case, source))
         elif isinstance(case, TransferCase):
             collected.omitted.append({"source": source, "reason": TRANSFER_OMITTED})
+        elif isinstance(case, PrefillCase):
+            collected.omitted.append({"source": source, "reason": PREFILL_OMITTED})
     for spec_id, (count, what, base) in too_big.items():
         out[ENVELOPES_FILE].omitted.append(
             {
