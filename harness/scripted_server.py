@@ -5,7 +5,8 @@ prefill cases check a client against, never the client's own report.
 
 The script: which of the asked hashes it holds, the versions it reads (GetInfo; a chunk of
 another kv_format fails the stream with FAILED_PRECONDITION, as the spec says), its geometry,
-and the faults to inject (a status on HasBlocks; a status after chunk k of a stream). It checks
+and the faults to inject (a status on HasBlocks; a status after chunk k of a stream; an rpc
+that never answers while the case lasts). It checks
 nothing itself, so a client's mistake reaches the record instead of a refusal hiding it.
 """
 
@@ -32,6 +33,9 @@ class ServerScript:
     # A PushKv stream fails with `fail_status` on receiving its chunk `fail_after` (from 0).
     fail_after: int | None = None
     fail_status: str = "DATA_LOSS"
+    # "HasBlocks" or "PushKv": that rpc does not answer until the case ends (a PushKv receives
+    # its chunks, then sends no response).
+    stall: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class GetInfoCall:
 @dataclass(frozen=True)
 class HasBlocksCall:
     hashes: tuple[int, ...]
-    status: str  # "OK" or the status injected
+    status: str  # "OK", the status injected, or "STALLED" (never answered)
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,14 @@ class StreamEnded:
     counts: PushCounts | None  # the response, for an accepted stream
 
 
-RecordedCall = GetInfoCall | HasBlocksCall | ChunkReceived | StreamEnded
+@dataclass(frozen=True)
+class Stalled:
+    """The server stopped answering `rpc` here, as scripted."""
+
+    rpc: str
+
+
+RecordedCall = GetInfoCall | HasBlocksCall | ChunkReceived | StreamEnded | Stalled
 
 
 @dataclass
@@ -95,6 +106,8 @@ class ScriptedDecodeServer:
         self._streams = 0
         self._server: Any = None
         self.address = ""
+        # Set when the case ends: a stalled rpc stops waiting, and nothing more is recorded.
+        self.released = threading.Event()
 
     def __enter__(self) -> ScriptedDecodeServer:
         # grpcio only when a prefill case runs, as the adapters import it only when used.
@@ -113,13 +126,21 @@ class ScriptedDecodeServer:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self.released.set()
         if self._server is not None:
             self._server.stop(grace=None).wait()
             self._server = None
 
     def _add(self, call: RecordedCall) -> None:
         with self._lock:
-            self.record.calls.append(call)
+            if not self.released.is_set():
+                self.record.calls.append(call)
+
+    def stall(self, rpc: str, context: Any) -> None:
+        """Answer nothing until the case ends, when the script stalls `rpc`."""
+        if self.script.stall == rpc:
+            self._add(Stalled(rpc))
+            self.released.wait()
 
     def _new_stream(self) -> int:
         with self._lock:
@@ -145,7 +166,9 @@ class _Servicer:
 
         script = self._server.script
         hashes = tuple(request.block_hashes)
-        self._server._add(HasBlocksCall(hashes, script.has_blocks_status or "OK"))
+        stalled = "STALLED" if script.stall == "HasBlocks" else "OK"
+        self._server._add(HasBlocksCall(hashes, script.has_blocks_status or stalled))
+        self._server.stall("HasBlocks", context)
         if script.has_blocks_status:
             self._abort(context, script.has_blocks_status, "injected by the case")
         return kv_pb2.HasBlocksResponse(held=[h in script.held for h in hashes])
@@ -201,6 +224,7 @@ class _Servicer:
         except self._grpc.RpcError:  # the client cancelled or broke the stream
             self._server._add(StreamEnded(stream, "CANCELLED", None))
             raise
+        self._server.stall("PushKv", context)
         counts = PushCounts(stored, reused, payload_bytes)
         self._server._add(StreamEnded(stream, "OK", counts))
         return kv_pb2.PushKvResponse(

@@ -21,6 +21,7 @@ from tlkv_conformance.scripted_server import (
     HasBlocksCall,
     ScriptedDecodeServer,
     ServerScript,
+    Stalled,
     StreamEnded,
 )
 
@@ -107,6 +108,18 @@ def test_scripted_server_injects_faults() -> None:
     # Chunk 1 was received (and recorded) before the stream failed on it.
     assert server.record.chunks() == chunks
     assert server.record.streams() == [StreamEnded(0, "DATA_LOSS", None)]
+
+
+def test_scripted_server_stalls_until_the_case_ends() -> None:
+    script = ServerScript(GEOMETRY, frozenset({1}), stall="HasBlocks")
+    started = time.monotonic()
+    with ScriptedDecodeServer(script) as server:
+        channel, stub = _stub(server)
+        with channel, pytest.raises(grpc.RpcError) as stalled:
+            stub.HasBlocks(kv_pb2.HasBlocksRequest(block_hashes=HASHES), timeout=0.5)
+    assert stalled.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert server.record.calls == [HasBlocksCall(tuple(HASHES), "STALLED"), Stalled("HasBlocks")]
+    assert time.monotonic() - started < 5  # the stalled handler let go when the case ended
 
 
 def test_prefill_impl_spelling() -> None:

@@ -14,6 +14,7 @@ cases.
 from __future__ import annotations
 
 import tempfile
+import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from ...adapters import Capability, Chunk, PrefillJob, PrefillResult
 from ...checks import CaseFailure
 from ...diagnosis import KnownMistake
 from ...diff import envelope_diff
+from ...errors import ImplementationFault
 from ...scripted_server import ScriptedDecodeServer, ServerRecord, ServerScript
 from ...testee import Testee
 from .._sources import CaseDataError
@@ -46,6 +48,9 @@ BYTES = "XFER-BYTES"
 NO_EMPTY_TAIL = "PREFILL-NO-EMPTY-TAIL"
 VERSION_RETRY = "PREFILL-VERSION-RETRY"
 REPORT = "PREFILL-REPORT"
+DEADLINE = "PREFILL-DEADLINE"
+# How far past its deadline a client's answer may come (the worker's round trip, a loaded host).
+DEADLINE_GRACE = 1.0
 CHECKED = (
     HASBLOCKS,
     STREAM,
@@ -60,6 +65,7 @@ CHECKED = (
     NO_EMPTY_TAIL,
     VERSION_RETRY,
     REPORT,
+    DEADLINE,
 )
 
 
@@ -81,6 +87,8 @@ class PrefillCase(Case):
     has_blocks_status: str | None
     fail_after: int | None
     fail_status: str
+    stall: str | None
+    deadline: float | None  # the job's deadline, when shorter than the way in's
     values: Mapping[str, Any]
 
     @classmethod
@@ -111,6 +119,8 @@ class PrefillCase(Case):
                 has_blocks_status=raw.get("has_blocks_status"),
                 fail_after=fail.get("after_chunk"),
                 fail_status=fail.get("status", "DATA_LOSS"),
+                stall=raw.get("stall"),
+                deadline=raw.get("deadline"),
                 values=raw.get("values", DEFAULT_VALUES),
             )
         ]
@@ -145,7 +155,9 @@ class PrefillCase(Case):
             has_blocks_status=self.has_blocks_status,
             fail_after=self.fail_after,
             fail_status=self.fail_status,
+            stall=self.stall,
         )
+        deadline = min(client.deadline, self.deadline or client.deadline)
         with tempfile.TemporaryDirectory(prefix="tlkv-prefill-") as folder:
             kv_path = Path(folder) / "prompt.tlkv"
             kv_path.write_bytes(oracle.encode(self.geometry, prompt.blocks, 1))
@@ -156,11 +168,28 @@ class PrefillCase(Case):
                     tokens=tuple(prompt.tokens),
                     geometry=self.geometry,
                     kv_format=self.version,
-                    deadline=client.deadline,
+                    deadline=deadline,
                     kv_path=str(kv_path),
                 )
-                result = client.push(job)
-        RecordCheck(self, prompt, script, job, server.record).check(result)
+                started = time.monotonic()
+                try:
+                    result = client.push(job)
+                except ImplementationFault as fault:
+                    if DEADLINE in self.reqs and str(fault).startswith("timed out"):
+                        raise CaseFailure(
+                            f"the server stalled in {self.stall} and the client did not give "
+                            f"up within its deadline of {deadline:g} s: {fault}",
+                            _mistake(
+                                "prefill-ignores-deadline",
+                                "the client waits on a stalled server past its deadline",
+                                DEADLINE,
+                            ),
+                        ) from None
+                    raise
+                took = time.monotonic() - started
+        check = RecordCheck(self, prompt, script, job, server.record)
+        check.took = took
+        check.check(result)
 
 
 class RecordCheck:
@@ -180,6 +209,7 @@ class RecordCheck:
         self.job = job
         self.record = record
         self.n_blocks = len(prompt.hashes)
+        self.took = 0.0  # seconds the client's push took
 
     def fail(self, message: str, mistake: KnownMistake) -> CaseFailure:
         return CaseFailure(
@@ -503,6 +533,19 @@ class RecordCheck:
                     "prefill-no-version-retry",
                     "FAILED_PRECONDITION ends the push though the server reads another version",
                     VERSION_RETRY,
+                ),
+            )
+
+    def check_prefill_deadline(self, result: PrefillResult) -> None:
+        if self.took > self.job.deadline + DEADLINE_GRACE or result.status == "OK":
+            raise self.fail(
+                f"the server stalled in {self.case.stall}; the client answered {result.status} "
+                f"after {self.took:.2f} s, its deadline {self.job.deadline:g} s: a failure within "
+                "the deadline is due (docs/decisions.md)",
+                _mistake(
+                    "prefill-ignores-deadline",
+                    "the client waits on a stalled server past its deadline",
+                    DEADLINE,
                 ),
             )
 
