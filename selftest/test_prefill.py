@@ -140,6 +140,13 @@ def test_reference_client_passes_and_other_impls_skip(tmp_path: Path) -> None:
     assert "ref is not one (--impl prefill-py:package.module)" in skipped.output
 
 
+def test_a_module_without_the_protocol_is_one_line(tmp_path: Path) -> None:
+    run = run_conformance(["--impl=prefill-py:json", CASES], tmp_path)
+    assert run.returncode == 4, run.output[-3000:]
+    assert "module json lacks WRITE_VERSIONS, push" in run.output
+    assert "Traceback" not in run.output
+
+
 # Client modules that go wrong in each way a client can: each must fail its cases with the
 # reason, and the run must go on to the end (exit 1, every case reported).
 BROKEN_CLIENTS = {
