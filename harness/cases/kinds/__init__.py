@@ -8,7 +8,7 @@ from .export import ExportCase
 from .hashing import HashCase, HashSequenceCase
 from .importing import ImportCase
 from .pool import PoolCase
-from .prefill import PrefillCase
+from .prefill_client import PrefillCase
 from .reject import RejectCase
 from .roundtrip import RoundtripCase
 from .transfer import TransferCase

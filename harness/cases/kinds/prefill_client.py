@@ -1,5 +1,6 @@
-"""The `prefill` case kind: the suite plays the decode side of tl.kv.v1 and a prefill client
-under test pushes one prompt to it (spec, "Transfer"; docs/contract.md, "A prefill client").
+"""The `prefill` case kind, for a prefill client under test (the suite's own prefill side, for
+the transfer cases, is `_prefill`): the suite plays the decode side of tl.kv.v1 and the client
+pushes one prompt to it (spec, "Transfer"; docs/contract.md, "A prefill client").
 
 A case describes the prompt (full blocks and a partial tail), what the scripted decode server
 (`tlkv_conformance.scripted_server`) answers (the blocks it says it holds, the versions it
