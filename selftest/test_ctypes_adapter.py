@@ -26,7 +26,7 @@ from tlkv_conformance.adapters._ctypes_adapter import (
     sanitizer_environment,
     sanitizer_runtimes,
 )
-from tlkv_conformance.adapters._worker import sanitizer_report
+from tlkv_conformance.adapters._worker_channel import sanitizer_report
 from tlkv_conformance.errors import ImplementationFault, Refused, SuiteUsageError
 
 from selftest.support import patched_copy

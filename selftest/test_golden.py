@@ -13,6 +13,7 @@ import yaml
 from tlkv_conformance import oracle
 from tlkv_conformance.cases._sources import CaseDataError, EnvelopeResolver
 from tlkv_conformance.errors import CorruptedGoldenFile
+from tlkv_conformance.generators import _golden_manifests
 from tlkv_conformance.generators import golden as generator
 from tlkv_conformance.golden import MANIFEST_FILE, GoldenEntry, ManifestError, load_manifest
 
@@ -129,7 +130,7 @@ def test_new_warns_once_of_blocks_too_large_for_a_grpc_chunk(tmp_path: Path, cap
 
 def test_manifest_floats_read_back_exactly() -> None:
     for value in (0.25, -4.0, 1e-05, 1.5e16, -0.0, 300.0, 2.0**-24):
-        text = generator._float(value)
+        text = _golden_manifests._float(value)
         assert repr(yaml.safe_load(text)) == repr(value), text  # repr: -0.0 is not 0.0
 
 

@@ -1,7 +1,7 @@
 """How long to wait for an operation of the implementation, and when to stop calling it: one
 record for every way in whose calls can hang or keep failing (a worker process running a C
-library or a Python module, `_worker.py`; a gRPC server, `_grpc_client.py`). docs/ctypes.md and
-docs/grpc.md describe it to users.
+library or a Python module, `_worker_channel.py`; a gRPC server, `_grpc_client.py`).
+docs/ctypes.md and docs/grpc.md describe it to users.
 
 An operation (a C function, a Python method, an rpc) that hung twice in a row, or failed three
 times in a row in a way that says nothing of the input (a crash, a lost worker, an answer that

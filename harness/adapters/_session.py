@@ -15,7 +15,7 @@ from ..errors import ImplementationFault, NotObservable, Refused, SuiteUsageErro
 from ..oracle import Geometry
 from ._base import Adapter, Capability, ImplInfo, PoolHandle, ReadBack
 from ._spec import ImplSpec
-from ._worker import WorkerChannel
+from ._worker_channel import WorkerChannel
 
 ISOLATIONS = ("worker", "inprocess")
 # The probe pool an unrestricted implementation describes itself with.

@@ -1,5 +1,6 @@
 """An export that differs from the oracle's envelope: which fields differ (and so which
-requirements), and which known mistake of a writer gives exactly the bytes written."""
+requirements), and which known mistake of a writer gives exactly the bytes written (a mistake
+of the f16 or e4m3 encoder itself is told by `_f16_signatures` or `_e4m3_signatures`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import numpy as np
 
 from .. import oracle
 from ._causes import Cause
+from ._e4m3_signatures import code_causes, scale_causes
+from ._f16_signatures import f16_causes
 from ._signatures import crc_trailer_causes
 
 # The requirement each header field's bytes belong to.
@@ -352,7 +355,7 @@ def _padding_causes(shape: _Shape, reqs: set[str]) -> list[Cause]:
     return []
 
 
-# -- values: v1 --------------------------------------------------------------------------------
+# -- values: the records' payloads, as the f16 and e4m3 signatures read them -------------------
 
 
 def _v1_value_causes(shape: _Shape, expected: bytes, actual: bytes) -> list[Cause]:
@@ -370,113 +373,6 @@ def _v1_value_causes(shape: _Shape, expected: bytes, actual: bytes) -> list[Caus
     return f16_causes(want, got, "exported")
 
 
-def f16_causes(want: np.ndarray, got: np.ndarray, how: str) -> list[Cause]:
-    """Known f16 mistakes between the f16 bit patterns `want` and `got` (same shape)."""
-    diff = want != got
-    if not diff.any():
-        return []
-    w, g = want[diff], got[diff]
-    w_exp, w_man = (w >> 10) & 0x1F, w & 0x3FF
-    nan_w = (w_exp == 0x1F) & (w_man != 0)
-    nan_g = ((g >> 10) & 0x1F == 0x1F) & (g & 0x3FF != 0)
-    if (nan_w & nan_g).all():
-        if ((w & 0x8000) != (g & 0x8000)).any():
-            return [
-                Cause(
-                    "nan-sign-lost",
-                    "a NaN's sign lost",
-                    ("NAN-SIGN",),
-                    f"NaNs {how} with another sign",
-                )
-            ]
-        return [
-            Cause(
-                "nan-payload-dropped",
-                "a quiet NaN's payload dropped (a default NaN written)",
-                ("V1-F16-NAN-PAYLOAD",),
-                f"{int(diff.sum())} NaNs {how} with another payload, e.g. {int(w[0]):#06x} "
-                f"as {int(g[0]):#06x}",
-            )
-        ]
-    if (g == 0).all():
-        if (w == 0x8000).any():
-            return [
-                Cause(
-                    "f16-negative-zero-flushed",
-                    "-0.0 stored as +0.0",
-                    ("V1-F16",),
-                    f"-0.0 (80 00) {how} as +0.0 (00 00)",
-                )
-            ]
-        if ((w_exp == 0) & (w_man != 0)).all():
-            return [
-                Cause(
-                    "f16-subnormals-flushed",
-                    "f16 subnormals flushed to zero",
-                    ("V1-F16",),
-                    f"{int(diff.sum())} subnormal values {how} as +0.0",
-                )
-            ]
-    toward_zero = ((g & 0x8000) == (w & 0x8000)) & (
-        (g & 0x7FFF).astype(np.int32) == (w & 0x7FFF) - 1
-    )
-    if toward_zero.all() and not nan_w.any():
-        return [
-            Cause(
-                "f16-round-toward-zero",
-                "f32 values rounded to f16 by truncation, not to nearest even",
-                ("V1-F16",),
-                f"each of the {int(diff.sum())} differing values is {how} one f16 step toward "
-                "zero from the nearest-even one",
-            )
-        ]
-    if ((w_exp == 0) & (w_man != 0)).all() and (g == (w & 0x8000)).all():
-        return [
-            Cause(
-                "f16-subnormals-flushed",
-                "f16 subnormals flushed to zero",
-                ("V1-F16",),
-                f"{int(diff.sum())} subnormal values {how} as zero of their sign",
-            )
-        ]
-    return []
-
-
-# -- values: v2 numerics --------------------------------------------------------------------------
-
-F32 = np.float32
-E4M3_MAX = oracle.E4M3_MAX
-
-
-def _toward_zero(q: np.ndarray) -> np.ndarray:
-    """e4m3 codes of `q` rounded toward zero (a truncating encoder)."""
-    codes = oracle.f32_to_e4m3_codes(q)
-    decoded = oracle.e4m3_codes_to_f32(codes)
-    over = np.abs(decoded) > np.abs(q)
-    magnitude = (codes & 0x7F).astype(np.int16)
-    magnitude = np.where(over & (magnitude > 0), magnitude - 1, magnitude)
-    return ((codes & 0x80) | magnitude.astype(np.uint8)).astype(np.uint8)
-
-
-def _nearest_from_f64(q: np.ndarray) -> np.ndarray:
-    """e4m3 codes of f64 quotients rounded once, to nearest even (a cast through f32 would
-    round twice and hide exactly the ties this is for)."""
-    first = oracle.f32_to_e4m3_codes(q.astype(F32))
-    sign = first & 0x80
-    magnitude = (first & 0x7F).astype(np.int16)
-    best, best_distance = first, np.full(q.shape, np.inf)
-    for step in (-1, 0, 1):
-        candidate_magnitude = np.clip(magnitude + step, 0, oracle.E4M3_MAX_CODE)
-        candidate = (sign | candidate_magnitude.astype(np.uint8)).astype(np.uint8)
-        distance = np.abs(oracle.e4m3_codes_to_f32(candidate).astype(np.float64) - q)
-        closer = (distance < best_distance) | (
-            (distance == best_distance) & (candidate_magnitude % 2 == 0)
-        )
-        best = np.where(closer, candidate, best)
-        best_distance = np.where(closer, distance, best_distance)
-    return best.astype(np.uint8)
-
-
 def _v2_numeric_causes(
     shape: _Shape, expected: bytes, actual: bytes, blocks: Sequence[oracle.Block]
 ) -> list[Cause]:
@@ -492,148 +388,13 @@ def _v2_numeric_causes(
         if values.shape != g.values_shape or not np.isfinite(values[..., :fill, :]).all():
             return []
         x = values[..., :fill, :]
-        amax = np.abs(x).max(axis=(-2, -1)).astype(F32)
+        amax = np.abs(x).max(axis=(-2, -1)).astype(np.float32)
         want_scales = np.frombuffer(want[n:], dtype="<f4").reshape(lead)
         got_scales = np.frombuffer(got[n:], dtype="<f4").reshape(lead)
         got_codes = np.frombuffer(got[:n], dtype=np.uint8).reshape(g.values_shape)[..., :fill, :]
         want_codes = np.frombuffer(want[:n], dtype=np.uint8).reshape(g.values_shape)[..., :fill, :]
-        found = _scale_causes(amax, want_scales, got_scales, x, got_codes)
+        found = scale_causes(amax, want_scales, got_scales, x, got_codes)
         if found is None:
-            found = _code_causes(x, amax, want_scales, want_codes, got_codes)
+            found = code_causes(x, amax, want_scales, want_codes, got_codes)
         return found
-    return []
-
-
-def _codes_for(x: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        q = (x / scales[..., None, None]).astype(F32)
-    return oracle.f32_to_e4m3_codes(q)
-
-
-def _scale_causes(
-    amax: np.ndarray,
-    want: np.ndarray,
-    got: np.ndarray,
-    x: np.ndarray,
-    got_codes: np.ndarray,
-) -> list[Cause] | None:
-    """Causes when some slab's scale differs; None when every scale is right."""
-    differ = want.view(np.uint32) != got.view(np.uint32)
-    if not differ.any():
-        return None
-    a, w, s = amax[differ], want[differ], got[differ]
-    with np.errstate(all="ignore"):
-        variants = {
-            "v2-scale-reciprocal": (
-                "scale = amax * (1/448) instead of the f32 division amax / 448",
-                (a * F32(F32(1) / E4M3_MAX)).astype(F32),
-            ),
-            "v2-scale-fnuz-max": (
-                "scale = amax / 240 (the e4m3 fnuz maximum) instead of amax / 448",
-                (a / F32(240)).astype(F32),
-            ),
-        }
-    for cause_id, (title, scale) in variants.items():
-        if (scale.view(np.uint32) == s.view(np.uint32)).all() and (a != 0).all():
-            return [
-                Cause(
-                    cause_id,
-                    title,
-                    ("V2-SCALE",),
-                    f"amax {float(a[0])!r}: scale {float(s[0])!r} written, {float(w[0])!r} due",
-                )
-            ]
-    if (a == 0).all() and (s == 0).all():
-        return [
-            Cause(
-                "v2-zero-slab-scale-zero",
-                "an all-zero slab given scale 0 instead of 1.0",
-                ("V2-SCALE-ZERO",),
-                f"{int(differ.sum())} all-zero slabs with scale 0.0",
-            )
-        ]
-    with np.errstate(all="ignore"):
-        larger = (s > w).all() and np.isfinite(s).all()
-    if larger and (_codes_for(x, got) == got_codes).all():
-        return [
-            Cause(
-                "v2-amax-over-unfilled",
-                "amax taken over positions past n_tokens (the slot's stale or unwritten values)",
-                ("V2-SCALE",),
-                f"scale {float(s[0])!r} > amax {float(a[0])!r} / 448 of the filled positions, "
-                "and the codes are the filled values encoded with it",
-            )
-        ]
-    return []
-
-
-def _code_causes(
-    x: np.ndarray,
-    amax: np.ndarray,
-    scales: np.ndarray,
-    want: np.ndarray,
-    got: np.ndarray,
-) -> list[Cause]:
-    differ = want != got
-    if not differ.any():
-        return []
-    s = scales[..., None, None]
-    with np.errstate(all="ignore"):
-        q = (x / s).astype(F32)
-        # An all-zero slab (scale 1.0) has nothing to divide: its codes are 0 either way.
-        wide = np.where(amax == 0, 1.0, amax.astype(np.float64))[..., None, None]
-        exact = x.astype(np.float64) * float(E4M3_MAX) / wide
-        # Most specific first: at a lone tie, truncation gives the same code as f64.
-        variants = {
-            "v2-quotient-in-f64": (
-                "the quotient computed in f64 (x * 448 / amax) instead of x / scale in f32",
-                ("V2-E4M3",),
-                _nearest_from_f64(np.asarray(exact)),
-            ),
-            "v2-quotient-reciprocal": (
-                "the quotient x * (1/scale) instead of the f32 division x / scale",
-                ("V2-E4M3",),
-                oracle.f32_to_e4m3_codes((x * (F32(1) / s).astype(F32)).astype(F32)),
-            ),
-            "v2-round-toward-zero": (
-                "e4m3 codes truncated instead of rounded to nearest even",
-                ("V2-E4M3",),
-                _toward_zero(q),
-            ),
-        }
-    for cause_id, (title, reqs, codes) in variants.items():
-        if (codes == got).all() and (codes != want).any():
-            at = np.flatnonzero(differ.ravel())[0]
-            return [
-                Cause(
-                    cause_id,
-                    title,
-                    reqs,
-                    f"{int(differ.sum())} codes differ, each as that computation rounds; e.g. x "
-                    f"{float(x.ravel()[at])!r}: {int(got.ravel()[at]):#04x} written, "
-                    f"{int(want.ravel()[at]):#04x} due",
-                )
-            ]
-    nan_got = (got & 0x7F) == 0x7F
-    if (nan_got[differ]).all() and ((want[differ] & 0x7F) == 0x7E).all():
-        tiny = scales < np.finfo(F32).tiny
-        if tiny.any() and (differ & ~tiny[..., None, None]).sum() == 0:
-            return [
-                Cause(
-                    "v2-tiny-slab-unclamped",
-                    "a slab whose amax / 448 is an f32 subnormal encoded without clamping "
-                    "(its largest element becomes NaN)",
-                    ("V2-TINY-SLAB",),
-                    f"{int(differ.sum())} NaN codes in slabs with a subnormal scale",
-                )
-            ]
-        return [
-            Cause(
-                "v2-nan-at-the-top",
-                "a quotient just over 448 encoded as NaN instead of 0x7E (saturation check "
-                "before rounding)",
-                ("V2-NOSAT",),
-                f"{int(differ.sum())} elements written as NaN (7f/ff) where 7e/fe is due",
-            )
-        ]
     return []

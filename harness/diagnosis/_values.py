@@ -8,8 +8,8 @@ import numpy as np
 from .. import oracle
 from ..adapters._pysession import POISON
 from ._causes import Cause
-from ._envelope import f16_causes
 from ._evidence import ValuesEvidence
+from ._f16_signatures import f16_causes
 
 F32 = np.float32
 

@@ -1,0 +1,176 @@
+"""Signatures of known mistakes of an e4m3 encoder (an export's v2 payload): each mistaken
+scale or quotient, computed again here, and compared with the scales and codes written."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import oracle
+from ._causes import Cause
+
+F32 = np.float32
+E4M3_MAX = oracle.E4M3_MAX
+
+
+def _toward_zero(q: np.ndarray) -> np.ndarray:
+    """e4m3 codes of `q` rounded toward zero (a truncating encoder)."""
+    codes = oracle.f32_to_e4m3_codes(q)
+    decoded = oracle.e4m3_codes_to_f32(codes)
+    over = np.abs(decoded) > np.abs(q)
+    magnitude = (codes & 0x7F).astype(np.int16)
+    magnitude = np.where(over & (magnitude > 0), magnitude - 1, magnitude)
+    return ((codes & 0x80) | magnitude.astype(np.uint8)).astype(np.uint8)
+
+
+def _nearest_from_f64(q: np.ndarray) -> np.ndarray:
+    """e4m3 codes of f64 quotients rounded once, to nearest even (a cast through f32 would
+    round twice and hide exactly the ties this is for)."""
+    first = oracle.f32_to_e4m3_codes(q.astype(F32))
+    sign = first & 0x80
+    magnitude = (first & 0x7F).astype(np.int16)
+    best, best_distance = first, np.full(q.shape, np.inf)
+    for step in (-1, 0, 1):
+        candidate_magnitude = np.clip(magnitude + step, 0, oracle.E4M3_MAX_CODE)
+        candidate = (sign | candidate_magnitude.astype(np.uint8)).astype(np.uint8)
+        distance = np.abs(oracle.e4m3_codes_to_f32(candidate).astype(np.float64) - q)
+        closer = (distance < best_distance) | (
+            (distance == best_distance) & (candidate_magnitude % 2 == 0)
+        )
+        best = np.where(closer, candidate, best)
+        best_distance = np.where(closer, distance, best_distance)
+    return best.astype(np.uint8)
+
+
+def _codes_for(x: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        q = (x / scales[..., None, None]).astype(F32)
+    return oracle.f32_to_e4m3_codes(q)
+
+
+def scale_causes(
+    amax: np.ndarray,
+    want: np.ndarray,
+    got: np.ndarray,
+    x: np.ndarray,
+    got_codes: np.ndarray,
+) -> list[Cause] | None:
+    """Causes when some slab's scale differs; None when every scale is right."""
+    differ = want.view(np.uint32) != got.view(np.uint32)
+    if not differ.any():
+        return None
+    a, w, s = amax[differ], want[differ], got[differ]
+    with np.errstate(all="ignore"):
+        variants = {
+            "v2-scale-reciprocal": (
+                "scale = amax * (1/448) instead of the f32 division amax / 448",
+                (a * F32(F32(1) / E4M3_MAX)).astype(F32),
+            ),
+            "v2-scale-fnuz-max": (
+                "scale = amax / 240 (the e4m3 fnuz maximum) instead of amax / 448",
+                (a / F32(240)).astype(F32),
+            ),
+        }
+    for cause_id, (title, scale) in variants.items():
+        if (scale.view(np.uint32) == s.view(np.uint32)).all() and (a != 0).all():
+            return [
+                Cause(
+                    cause_id,
+                    title,
+                    ("V2-SCALE",),
+                    f"amax {float(a[0])!r}: scale {float(s[0])!r} written, {float(w[0])!r} due",
+                )
+            ]
+    if (a == 0).all() and (s == 0).all():
+        return [
+            Cause(
+                "v2-zero-slab-scale-zero",
+                "an all-zero slab given scale 0 instead of 1.0",
+                ("V2-SCALE-ZERO",),
+                f"{int(differ.sum())} all-zero slabs with scale 0.0",
+            )
+        ]
+    with np.errstate(all="ignore"):
+        larger = (s > w).all() and np.isfinite(s).all()
+    if larger and (_codes_for(x, got) == got_codes).all():
+        return [
+            Cause(
+                "v2-amax-over-unfilled",
+                "amax taken over positions past n_tokens (the slot's stale or unwritten values)",
+                ("V2-SCALE",),
+                f"scale {float(s[0])!r} > amax {float(a[0])!r} / 448 of the filled positions, "
+                "and the codes are the filled values encoded with it",
+            )
+        ]
+    return []
+
+
+def code_causes(
+    x: np.ndarray,
+    amax: np.ndarray,
+    scales: np.ndarray,
+    want: np.ndarray,
+    got: np.ndarray,
+) -> list[Cause]:
+    differ = want != got
+    if not differ.any():
+        return []
+    s = scales[..., None, None]
+    with np.errstate(all="ignore"):
+        q = (x / s).astype(F32)
+        # An all-zero slab (scale 1.0) has nothing to divide: its codes are 0 either way.
+        wide = np.where(amax == 0, 1.0, amax.astype(np.float64))[..., None, None]
+        exact = x.astype(np.float64) * float(E4M3_MAX) / wide
+        # Most specific first: at a lone tie, truncation gives the same code as f64.
+        variants = {
+            "v2-quotient-in-f64": (
+                "the quotient computed in f64 (x * 448 / amax) instead of x / scale in f32",
+                ("V2-E4M3",),
+                _nearest_from_f64(np.asarray(exact)),
+            ),
+            "v2-quotient-reciprocal": (
+                "the quotient x * (1/scale) instead of the f32 division x / scale",
+                ("V2-E4M3",),
+                oracle.f32_to_e4m3_codes((x * (F32(1) / s).astype(F32)).astype(F32)),
+            ),
+            "v2-round-toward-zero": (
+                "e4m3 codes truncated instead of rounded to nearest even",
+                ("V2-E4M3",),
+                _toward_zero(q),
+            ),
+        }
+    for cause_id, (title, reqs, codes) in variants.items():
+        if (codes == got).all() and (codes != want).any():
+            at = np.flatnonzero(differ.ravel())[0]
+            return [
+                Cause(
+                    cause_id,
+                    title,
+                    reqs,
+                    f"{int(differ.sum())} codes differ, each as that computation rounds; e.g. x "
+                    f"{float(x.ravel()[at])!r}: {int(got.ravel()[at]):#04x} written, "
+                    f"{int(want.ravel()[at]):#04x} due",
+                )
+            ]
+    nan_got = (got & 0x7F) == 0x7F
+    if (nan_got[differ]).all() and ((want[differ] & 0x7F) == 0x7E).all():
+        tiny = scales < np.finfo(F32).tiny
+        if tiny.any() and (differ & ~tiny[..., None, None]).sum() == 0:
+            return [
+                Cause(
+                    "v2-tiny-slab-unclamped",
+                    "a slab whose amax / 448 is an f32 subnormal encoded without clamping "
+                    "(its largest element becomes NaN)",
+                    ("V2-TINY-SLAB",),
+                    f"{int(differ.sum())} NaN codes in slabs with a subnormal scale",
+                )
+            ]
+        return [
+            Cause(
+                "v2-nan-at-the-top",
+                "a quotient just over 448 encoded as NaN instead of 0x7E (saturation check "
+                "before rounding)",
+                ("V2-NOSAT",),
+                f"{int(differ.sum())} elements written as NaN (7f/ff) where 7e/fe is due",
+            )
+        ]
+    return []

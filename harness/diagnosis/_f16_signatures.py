@@ -1,0 +1,80 @@
+"""Signatures of known mistakes of an f16 encoder: each mistake's bit patterns, told apart from
+the nearest-even ones due (an export's v1 payload, or values a pool returns)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._causes import Cause
+
+
+def f16_causes(want: np.ndarray, got: np.ndarray, how: str) -> list[Cause]:
+    """Known f16 mistakes between the f16 bit patterns `want` and `got` (same shape)."""
+    diff = want != got
+    if not diff.any():
+        return []
+    w, g = want[diff], got[diff]
+    w_exp, w_man = (w >> 10) & 0x1F, w & 0x3FF
+    nan_w = (w_exp == 0x1F) & (w_man != 0)
+    nan_g = ((g >> 10) & 0x1F == 0x1F) & (g & 0x3FF != 0)
+    if (nan_w & nan_g).all():
+        if ((w & 0x8000) != (g & 0x8000)).any():
+            return [
+                Cause(
+                    "nan-sign-lost",
+                    "a NaN's sign lost",
+                    ("NAN-SIGN",),
+                    f"NaNs {how} with another sign",
+                )
+            ]
+        return [
+            Cause(
+                "nan-payload-dropped",
+                "a quiet NaN's payload dropped (a default NaN written)",
+                ("V1-F16-NAN-PAYLOAD",),
+                f"{int(diff.sum())} NaNs {how} with another payload, e.g. {int(w[0]):#06x} "
+                f"as {int(g[0]):#06x}",
+            )
+        ]
+    if (g == 0).all():
+        if (w == 0x8000).any():
+            return [
+                Cause(
+                    "f16-negative-zero-flushed",
+                    "-0.0 stored as +0.0",
+                    ("V1-F16",),
+                    f"-0.0 (80 00) {how} as +0.0 (00 00)",
+                )
+            ]
+        if ((w_exp == 0) & (w_man != 0)).all():
+            return [
+                Cause(
+                    "f16-subnormals-flushed",
+                    "f16 subnormals flushed to zero",
+                    ("V1-F16",),
+                    f"{int(diff.sum())} subnormal values {how} as +0.0",
+                )
+            ]
+    toward_zero = ((g & 0x8000) == (w & 0x8000)) & (
+        (g & 0x7FFF).astype(np.int32) == (w & 0x7FFF) - 1
+    )
+    if toward_zero.all() and not nan_w.any():
+        return [
+            Cause(
+                "f16-round-toward-zero",
+                "f32 values rounded to f16 by truncation, not to nearest even",
+                ("V1-F16",),
+                f"each of the {int(diff.sum())} differing values is {how} one f16 step toward "
+                "zero from the nearest-even one",
+            )
+        ]
+    if ((w_exp == 0) & (w_man != 0)).all() and (g == (w & 0x8000)).all():
+        return [
+            Cause(
+                "f16-subnormals-flushed",
+                "f16 subnormals flushed to zero",
+                ("V1-F16",),
+                f"{int(diff.sum())} subnormal values {how} as zero of their sign",
+            )
+        ]
+    return []
