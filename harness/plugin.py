@@ -28,13 +28,14 @@ from .errors import ImplementationFault, Refused, SuiteUsageError
 from .exit_status import EXIT_INTERNAL
 from .fuzzing import FuzzRecorder, ShrinkBudget
 from .gate import Gate, ReportPathError
-from .items import CaseFileCollector, CaseItem
+from .identity import corpus_id, record_identity
+from .items import CaseFileCollector
 from .judging import judge_phase
 from .known import load_known_failures, stale_test_entries
 from .oracle import MAX_CHUNK_PAYLOAD
-from .outcome import REPORT_ATTRIBUTE, TestIdentity, TestOutcome
+from .outcome import REPORT_ATTRIBUTE, TestOutcome
 from .report import Impl, report_paths
-from .requirements import REQUIREMENTS_FILE, level_of, unknown_ids
+from .requirements import REQUIREMENTS_FILE, unknown_ids
 from .runstate import (
     ACTIVE,
     KNOWN,
@@ -54,7 +55,6 @@ from .testee import Testee
 
 CASE_DIR_NAME = "cases"
 GATE_PLUGIN = "tlkv-gate"
-KEY_PROPERTY = "tlkv_id"  # the JUnit property holding a test's corpus id
 CORPUS_FOLDERS = (corpus.CASES, corpus.CONFORMANCE)
 
 MARKERS = {
@@ -176,18 +176,6 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if str(corpus.corpus_root()) not in config.args:
         return None
     return collection_path.name not in CORPUS_FOLDERS or None
-
-
-def corpus_id(item: pytest.Item) -> str:
-    """The test's id relative to the corpus it comes from (cases/x.yaml::case, or for a user
-    folder FOLDER/x.yaml::case), the same wherever the suite is installed and pytest started."""
-    path = Path(item.path).resolve()
-    rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-    roots = [corpus.corpus_root(), *(d.parent for d in user_case_dirs(item.config))]
-    for root in roots:
-        if path.is_relative_to(root):
-            return f"{path.relative_to(root).as_posix()}::{rest}"
-    return item.nodeid
 
 
 def _open_testees(config: pytest.Config, run: options.RunSettings) -> list[Testee]:
@@ -312,49 +300,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """What the test is (TestIdentity), in the item's stash for its outcomes, and as JUnit
-    properties."""
-    if not is_active(item.config):
-        return
-    roles, key = tuple(_roles(item)), corpus_id(item)
-    reqs, level = _requirements(item)
-    item.stash[TESTED] = TestIdentity(item.nodeid, key, roles, reqs, level)
-    item.user_properties.extend(roles)
-    item.user_properties.append((KEY_PROPERTY, key))
-    if level:
-        item.user_properties.extend(("requirement", r) for r in reqs)
-        item.user_properties.append(("level", level))
-
-
-def _requirements(item: pytest.Item) -> tuple[tuple[str, ...], str]:
-    """The requirement ids a test cites and its level; none ((), "") without a reqs marker."""
-    if isinstance(item, CaseItem):
-        return item.case.reqs, item.case.level
-    marker = item.get_closest_marker("reqs")
-    if marker is None:
-        return (), ""
-    unknown = unknown_ids(marker.args)
-    if unknown:
-        raise pytest.UsageError(f"{item.nodeid}: unknown requirement ids {', '.join(unknown)}")
-    return tuple(marker.args), level_of(marker.args)
-
-
-def _testee_params(item: pytest.Item) -> dict[str, Testee]:
-    callspec = getattr(item, "callspec", None)
-    params = callspec.params if callspec is not None else {}
-    return {name: value for name, value in params.items() if isinstance(value, Testee)}
-
-
-def _roles(item: pytest.Item) -> list[tuple[str, str]]:
-    """Which --impl the test runs against, as JUnit properties and for the report: ("impl",
-    label), or ("producer", label) and ("consumer", label) for a matrix test."""
-    if isinstance(item, CaseItem):
-        return [("impl", item.testee.label)]
-    roles = {"testee": "impl", "producer": "producer", "consumer": "consumer"}
-    return [
-        (roles[name], testee.label)
-        for name, testee in _testee_params(item).items()
-        if name in roles
-    ]
+    properties (tlkv_conformance.identity)."""
+    if is_active(item.config):
+        record_identity(item)
 
 
 def _req_ids(config: pytest.Config, option: options.Option) -> set[str]:
