@@ -1,9 +1,10 @@
 """One test's outcome as the plugin judged it, one record per reported phase (`TestOutcome`): the
 test (`TestIdentity`: its case, requirement ids and level, implementations), what it showed,
 its blame and probable causes, its evidence as the report draws it, what the known-failures
-list decided, and whether it fails the run. Made once where the test is judged (the plugin's
-pytest_runtest_makereport) and read unchanged by the gate, the result log, the known-failures
-writer, JUnit and the reports; `as_json` / `from_json` carry it from an xdist worker.
+list decided, and whether it fails the run. Made once where the test is judged
+(tlkv_conformance.judging, for the plugin's pytest_runtest_makereport) and read unchanged by
+the gate, the result log, the known-failures writer, JUnit and the reports; `as_json` /
+`from_json` carry it from an xdist worker.
 
 The SHOULD level is applied here, in `TestOutcome.warning`, and nowhere else.
 """

@@ -49,6 +49,11 @@ def parity_roots(config: pytest.Config) -> list[Path]:
     return roots + [r for r in added if r not in roots]
 
 
+def user_case_dirs(config: pytest.Config) -> list[Path]:
+    """The case folders a user added (--cases, ini tlkv_cases), resolved."""
+    return [Path(p).resolve() for p in options.value(config, options.CASES)]
+
+
 __all__ = [
     "ACTIVE",
     "KNOWN",
@@ -63,4 +68,5 @@ __all__ = [
     "parity_roots",
     "settings_of",
     "testees_of",
+    "user_case_dirs",
 ]
