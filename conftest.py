@@ -1,6 +1,6 @@
 """The checkout's pytest configuration.
 
-The plugin is `tlkv_conformance.plugin` (harness/plugin.py), loaded through its pytest11 entry
+The plugin is `tlkv_conformance.plugin`, loaded through its pytest11 entry
 point once the suite is installed (`./suite` installs it into .venv; `pip install -e .` does it
 by hand). Loading it here as well would register it twice.
 """

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from tlkv_conformance import oracle  # noqa: E402 - after the path is set
 from tlkv_conformance.adapters import AdapterSettings, parse_impl  # noqa: E402
-from tlkv_conformance.adapters._ctypes import CtypesAdapter  # noqa: E402
+from tlkv_conformance.adapters._ctypes_adapter import CtypesAdapter  # noqa: E402
 
 ISOLATIONS = ("worker", "inprocess")
 GEOMETRY = oracle.Geometry(16, 1, 1, 8)  # one block: 28 + 12 + 512 + 4 = 556 bytes in v1

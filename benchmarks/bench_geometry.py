@@ -4,7 +4,7 @@ geometry (16 tokens, 32 layers, 8 KV heads, head_dim 128: 2 MiB per v1 block).
 
     python benchmarks/bench_geometry.py [--runs 3] [--geometry 16x32x8x128]
 
-Prints each run's wall time, the medians and their ratio (docs/performance.md quotes it).
+Prints each run's wall time, the medians and their ratio.
 The machines are shared: quote medians, and the ratio rather than the seconds.
 """
 

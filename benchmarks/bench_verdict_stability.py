@@ -175,8 +175,9 @@ def _check_imports_clone(python: str, clone: Path) -> None:
     """The suite that runs in the clone must be the clone's: the package, its plugin (what
     pytest loads through the entry point) and its corpus."""
     probe = (
-        "import tlkv_conformance, tlkv_conformance.plugin as p, tlkv_conformance.corpus as c; "
-        "print(tlkv_conformance.__file__); print(p.__file__); print(c.cases_dir())"
+        "import importlib.util, tlkv_conformance, tlkv_conformance.corpus as c; "
+        "print(tlkv_conformance.__file__); "
+        "print(importlib.util.find_spec('tlkv_conformance.plugin').origin); print(c.cases_dir())"
     )
     out = subprocess.run(
         [python, "-c", probe], cwd=clone, capture_output=True, text=True, check=True

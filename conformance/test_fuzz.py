@@ -1,4 +1,4 @@
-"""Properties on drawn inputs, through whichever adapter is selected (harness/strategies.py).
+"""Properties on drawn inputs, through whichever adapter is selected (tlkv_conformance.strategies).
 
 Each example is a case spec run by the same case kinds as the YAML corpus; a failing example is
 shown as a YAML case (and written to cases/regressions/ with --write-regressions).
@@ -24,7 +24,7 @@ def _fixed(testee) -> list[int] | None:
 
 
 def _versions(testee, which: str) -> list[int]:
-    versions = sorted(getattr(testee.info, which) & {1, 2})
+    versions = sorted(getattr(testee.info, which) & oracle.KNOWN_VERSIONS)
     if not versions:
         not_applicable(f"{testee.label} has no envelope version for this property")
     return versions

@@ -18,7 +18,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from tlkv_conformance import oracle, plugin
+from tlkv_conformance import oracle, runstate
 from tlkv_conformance.adapters import Capability
 from tlkv_conformance.cases import check_imported, plan_blocks
 from tlkv_conformance.checks import (
@@ -56,7 +56,7 @@ PARAMS = ("producer", "consumer", "version", "block_set")
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "producer" not in metafunc.fixturenames:
         return
-    testees = plugin.testees_of(metafunc.config)
+    testees = runstate.testees_of(metafunc.config)
     if len(testees) < 2:
         skip = pytest.mark.skip(reason=ONE_IMPL)
         metafunc.parametrize(PARAMS, [pytest.param(None, None, 0, "", id="one-impl", marks=skip)])
@@ -200,7 +200,8 @@ def test_matrix_nan_bits(producer: Testee, consumer: Testee, version: int, block
 
 
 def _cross(producer: Testee, consumer: Testee, version: int, block_set: str, nan: str) -> None:
-    """One producer x consumer pair, NaNs compared as `nan` says (harness.diff.NAN_POLICIES)."""
+    """One producer x consumer pair, NaNs compared as `nan` says
+    (tlkv_conformance.diff.NAN_POLICIES)."""
     _skip_unless_able(producer, consumer, version)
     geometry = _geometry(producer, consumer)
     seed = zlib.crc32(f"{block_set} v{version} {producer.label} {consumer.label}".encode())

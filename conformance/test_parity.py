@@ -48,7 +48,7 @@ from tlkv_conformance.golden import (
     load_manifest,
     manifest_folders,
 )
-from tlkv_conformance.plugin import parity_roots
+from tlkv_conformance.runstate import parity_roots
 
 if TYPE_CHECKING:  # imported plainly, pytest would try to collect the class Testee
     from tlkv_conformance.testee import Testee

@@ -8,10 +8,11 @@
 (`python -m tlkv_conformance.generators.golden` is the same.)
 
 The manifest is the source of truth. Every blob is rebuilt from its manifest entry through the
-oracle (harness.golden.GoldenEntry.encode), and every value comes from a harness/values.py
-recipe built on PCG64's raw output, integer and float64 arithmetic and IEEE conversions, so the
-bytes are the same on any machine and numpy version. The standard set (kv.wire.v1, kv.wire.v2)
-is also defined here, and --check insists its manifests equal that definition byte for byte.
+oracle (tlkv_conformance.golden.GoldenEntry.encode), and every value comes from a
+tlkv_conformance.values recipe built on PCG64's raw output, integer and float64 arithmetic and
+IEEE conversions, so the bytes are the same on any machine and numpy version. The standard set
+(kv.wire.v1, kv.wire.v2) is also defined here, and --check insists its manifests equal that
+definition byte for byte.
 """
 
 from __future__ import annotations
@@ -50,8 +51,6 @@ VOCAB = 128_256  # a Llama-3-sized vocabulary, so token ids look like real ones
 BOS = 128_000
 TOKEN_SALT = 0x70C5  # keeps token draws apart from value draws that share a seed
 WRAP = 100
-# tl.kv.v1 moves each block in a KvChunk of its own, whose payload is at most 4 MiB (docs/grpc.md).
-MAX_CHUNK_PAYLOAD = 4 * 1024 * 1024
 
 Recipe = dict[str, Any]
 BlockSpec = tuple[Sequence[int] | None, int, Recipe]  # tokens (or None), n_tokens, values
@@ -779,7 +778,7 @@ def chunk_warning(entries: Sequence[GoldenEntry]) -> str | None:
     over = [
         e
         for e in entries
-        if e.n_blocks and e.geometry.envelope_size(1, e.version) > MAX_CHUNK_PAYLOAD
+        if e.n_blocks and e.geometry.envelope_size(1, e.version) > oracle.MAX_CHUNK_PAYLOAD
     ]
     if not over:
         return None
@@ -834,7 +833,13 @@ def _parser() -> argparse.ArgumentParser:
         ("--head-dim", "D, head dimension"),
     ):
         new.add_argument(flag, type=int, required=True, help=meaning)
-    new.add_argument("--version", type=int, choices=(1, 2), required=True, help="envelope format")
+    new.add_argument(
+        "--version",
+        type=int,
+        choices=sorted(oracle.KNOWN_VERSIONS),
+        required=True,
+        help="envelope format",
+    )
     new.add_argument(
         "--blocks", type=int, default=3, help="blocks in the sequence entry (default 3)"
     )

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from . import oracle
-from .adapters import PoolHandle, ReadBack
-from .adapters._base import values_digest
+from .adapters import PoolHandle, ReadBack, values_digest
 from .adapters._pysession import CALLER_ARRAY_CHANGED
 from .diagnosis import (
     CountEvidence,
@@ -149,8 +148,9 @@ def compare_values(
     written: np.ndarray | None = None,
 ) -> None:
     """Bit-exact comparison of f32 values (so -0.0 counts; NaNs as `nan` says), reported in
-    the pool's precision `dtype`; `block`, `source`, `nan` as for `harness.diff.values_diff`;
-    `n_tokens` (the block's fill) and `written` (what a write gave the pool) for the diagnosis."""
+    the pool's precision `dtype`; `block`, `source`, `nan` as for
+    `tlkv_conformance.diff.values_diff`; `n_tokens` (the block's fill) and `written` (what a
+    write gave the pool) for the diagnosis."""
     problem = values_diff(expected, actual, dtype, block=block, source=source, nan=nan)
     if problem is not None:
         evidence = ValuesEvidence(
@@ -177,7 +177,7 @@ def compare_readback(
 ) -> None:
     """A block read back against what it should hold: hash, fill, and the values in the pool's
     precision (positions past the fill as 0). `source`: the envelope record it was imported
-    from, quoted in a value diff; `nan`: how NaNs compare (harness.diff.NAN_POLICIES);
+    from, quoted in a value diff; `nan`: how NaNs compare (tlkv_conformance.diff.NAN_POLICIES);
     `written`: the values a write gave the pool (past the fill included), for the diagnosis."""
     if (got.block_hash, got.n_tokens) != (expected.block_hash, expected.n_tokens):
         raise CaseFailure(
@@ -238,7 +238,7 @@ def compare_envelopes(
     CRC valid for the bytes written, and each e4m3 element the expected code or one step from
     it, finite and of the same sign (_e4m3_tolerance_problem).
     An f16 NaN element (v1) or an e4m3 NaN code (v2) may differ as `nan` allows
-    (harness.diff.NAN_POLICIES; the CRC then follows the bytes written). `blocks`: what the
+    (tlkv_conformance.diff.NAN_POLICIES; the CRC then follows the bytes written). `blocks`: what the
     writer held (in the pool's precision, past each fill included), or a function giving
     them (called only on a failure), for the diagnosis."""
     if expected == actual or _only_nans_differ(expected, actual, nan):

@@ -22,9 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-# The plugin writes its verdict here at the very end of a run (see plugin._Gate).
-COMPLETION_ENV = "TLKV_COMPLETION_FILE"
-EXIT_INTERNAL = 3
+from .exit_status import COMPLETION_ENV, EXIT_INTERNAL
 
 
 def _run(argv: Sequence[str]) -> int:

@@ -30,20 +30,18 @@ from typing import Any
 
 import pytest
 
-from .cli import COMPLETION_ENV
 from .diagnosis import Cause
+from .exit_status import COMPLETION_ENV, EXIT_INTERNAL, EXIT_NOT_SHOWN
 from .known import FailedTest, KnownFailure, WrittenBy, known_failures_text, stale_entries
 from .report import Conformance, Impl, Phase, ResultLog, RunInfo, report_paths
+from .report_files import write_reports
+from .report_text import closing_lines, terminal_lines
 
-EXIT_INTERNAL = 3
-# The run completed without a failure but did not show every MUST requirement that applies
-# (Conformance.not_shown; docs/report.md, "What a run must show").
-EXIT_NOT_SHOWN = 6
 WARNING_CATEGORY = "SHOULD-warning"
 
 
 class ReportPathError(Exception):
-    """The report cannot be written where it was asked for: one line, exit 3."""
+    """The report cannot be written where it was asked for: one line, EXIT_INTERNAL."""
 
 
 class ReportLock:
@@ -237,11 +235,11 @@ class Gate:
             self.info, complete=not reason, incomplete_reason=reason, finished=_now()
         )
         self.conformance = Conformance.build(self.impls(), self.log, status, info)
-        if status == 0 and self.conformance.not_shown():
+        if status == 0 and self.conformance.not_shown:
             status = self.conformance.exit_status = EXIT_NOT_SHOWN
         if self.report_base is not None:
             try:
-                self.written = self.conformance.write(self.report_base)
+                self.written = write_reports(self.conformance, self.report_base)
             except OSError as exc:
                 print(
                     f"ERROR: cannot write the conformance report {self.report_base}: "
@@ -290,9 +288,9 @@ class Gate:
         if self.conformance is None or not self.conformance.conformance_tests:
             return
         terminalreporter.section("TLKV conformance")
-        for line in self.conformance.terminal_lines():
+        for line in terminal_lines(self.conformance):
             terminalreporter.write_line(line)
-        for line in self.conformance.closing_lines(self.written):
+        for line in closing_lines(self.conformance, self.written):
             terminalreporter.write_line(line, yellow=True, bold=True)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:

@@ -61,7 +61,7 @@ class ManifestError(ValueError):
 class GoldenBlock:
     """One block of a golden envelope, as the manifest describes it.
 
-    `values` is a recipe of harness/values.py, salted with the block's index in its entry (as
+    `values` is a recipe of tlkv_conformance.values, salted with the block's index in its entry (as
     in YAML cases), so the manifest alone reproduces every value.
     """
 

@@ -12,6 +12,7 @@ import pytest
 from . import corpus
 from .cases import Case, CaseFileError, load_case_file
 from .checks import CaseFailure, calls_to_testee, not_applicable
+from .runstate import parity_roots, testees_of
 from .testee import Testee
 from .yamlsource import YamlSourceError
 
@@ -24,12 +25,10 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-class CaseFile(pytest.File):
+class CaseFileCollector(pytest.File):
     """A YAML case file: one item per case and implementation under test."""
 
     def collect(self) -> Iterator[CaseItem]:
-        from .plugin import parity_roots, testees_of  # the plugin imports this module
-
         loaded = load_case_file(self.path, corpus.corpus_root(), parity_roots(self.config)[1:])
         testees = testees_of(self.config)
         for testee in testees:

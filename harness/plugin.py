@@ -4,8 +4,8 @@ point (`tlkv`) and inert unless a run asks for conformance (--impl, or the ini k
 It opens the implementations under test, collects the corpus (the bundled one, wherever pytest
 was started, plus the user's case folders), turns SHOULD-level failures into warnings, decides
 which failures are known failures, fixes the fuzzing seed, and hands every report to the gate
-(harness/gate.py).
-Options live in harness/options.py.
+(tlkv_conformance.gate).
+Options live in tlkv_conformance.options.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .adapters import AdapterSettings, open_adapter, parse_impl
 from .checks import CaseFailure, is_not_applicable, not_applicable
 from .diagnosis import attribute
 from .errors import ImplementationFault, Refused, SuiteUsageError
+from .exit_status import EXIT_INTERNAL
 from .failure_view import failure_view
 from .fuzzing import (
     FuzzRecorder,
@@ -34,14 +35,12 @@ from .fuzzing import (
     write_regression,
 )
 from .gate import Gate, ReportPathError
-from .items import CaseFile, CaseItem, display_path
+from .items import CaseFileCollector, CaseItem, display_path
 from .known import (
     CITED_PASSED,
     COVERED,
     STALE,
     FailedTest,
-    KnownFailure,
-    WrittenBy,
     covering_entries,
     known_ids,
     listing_entries,
@@ -49,19 +48,26 @@ from .known import (
     stale_test_entries,
     unlisted_requirement_entries,
 )
-from .report import KEY_PROPERTY, headline, is_should_failure, report_paths, warning_note
-from .requirements import level_of, unknown_ids
+from .oracle import MAX_CHUNK_PAYLOAD
+from .report import KEY_PROPERTY, Impl, headline, is_should_failure, report_paths, warning_note
+from .requirements import REQUIREMENTS_FILE, level_of, unknown_ids
+from .runstate import (
+    ACTIVE,
+    KNOWN,
+    KNOWN_WRITTEN_BY,
+    PROFILE,
+    REQS,
+    SETTINGS,
+    SHRINKING,
+    STARTED,
+    TESTEES,
+    is_active,
+    settings_of,
+    testees_of,
+)
 from .testee import Testee
 
 CASE_DIR_NAME = "cases"
-ACTIVE = pytest.StashKey[bool]()
-TESTEES = pytest.StashKey[list[Testee]]()
-KNOWN = pytest.StashKey[list[KnownFailure]]()
-KNOWN_WRITTEN_BY = pytest.StashKey[list[WrittenBy]]()
-SETTINGS = pytest.StashKey[options.RunSettings]()
-STARTED = pytest.StashKey[float]()
-SHRINKING = pytest.StashKey[ShrinkBudget]()
-REQS = pytest.StashKey[tuple[tuple[str, ...], str]]()
 GATE_PLUGIN = "tlkv-gate"
 SHOULD_FAILURE_PROPERTY = "should_failure"
 CORPUS_FOLDERS = (corpus.CASES, corpus.CONFORMANCE)
@@ -74,27 +80,13 @@ MARKERS = {
     "reader": "importing envelopes and the reader rules",
     "pool": "pool behaviour: writes, references, the hash registry",
     "transfer": "the tl.kv.v1 gRPC transfer",
-    "fuzz": "property tests on drawn inputs (hypothesis; profiles in harness/profiles.py)",
-    "reqs(*ids)": "the requirement ids (harness/requirements.yaml) a test checks",
+    "fuzz": "property tests on drawn inputs (hypothesis; --hypothesis-profile, docs/fuzzing.md)",
+    "reqs(*ids)": f"the requirement ids ({REQUIREMENTS_FILE}) a test checks",
 }
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
-
-
-def is_active(config: pytest.Config) -> bool:
-    """Whether this run is a conformance run: --impl was given, or the ini file names
-    implementations (tlkv_impl). Otherwise the plugin stays out of the way."""
-    return config.stash.get(ACTIVE, False)
-
-
-def settings_of(config: pytest.Config) -> options.RunSettings:
-    return config.stash[SETTINGS]
-
-
-def testees_of(config: pytest.Config) -> list[Testee]:
-    return config.stash.get(TESTEES, [])
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -128,7 +120,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         gate = Gate(
             config,
-            lambda: [t.report_impl() for t in testees_of(config)],
+            lambda: [_report_impl(t) for t in testees_of(config)],
             _recorded_settings(config, run),
             config.stash[KNOWN],
             config.stash[KNOWN_WRITTEN_BY],
@@ -138,11 +130,8 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except ReportPathError as exc:
         _close_testees(config)
-        pytest.exit(f"--conformance-report {run.report}: {exc}", returncode=3)
+        pytest.exit(f"--conformance-report {run.report}: {exc}", returncode=EXIT_INTERNAL)
     config.pluginmanager.register(gate, GATE_PLUGIN)
-
-
-PROFILE = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -151,6 +140,11 @@ def pytest_configure_node(node: Any) -> None:
     states (a case runs in one worker, and its file and id keep it apart from the others)."""
     if is_active(node.config):
         node.workerinput[options.HASH_SALT.ini] = settings_of(node.config).salt_text
+
+
+def _report_impl(testee: Testee) -> Impl:
+    """The implementation under test, as the report names it."""
+    return Impl(testee.label, testee.identity, testee.describe(), testee.fingerprint())
 
 
 def _recorded_settings(config: pytest.Config, run: options.RunSettings) -> dict[str, Any]:
@@ -202,14 +196,6 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if str(corpus.corpus_root()) not in config.args:
         return None
     return collection_path.name not in CORPUS_FOLDERS or None
-
-
-def parity_roots(config: pytest.Config) -> list[Path]:
-    """The golden-vector roots: the bundled parity/ and every one a user added
-    (--parity-root, ini tlkv_parity_root)."""
-    roots = [corpus.parity_dir()]
-    added = (Path(p).resolve() for p in options.value(config, options.PARITY_ROOT))
-    return roots + [r for r in added if r not in roots]
 
 
 def corpus_id(item: pytest.Item) -> str:
@@ -290,7 +276,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
     # tl.kv.v1 moves one block per chunk of at most 4 MiB: at a large geometry that limit is
     # the transport's, not the server's, so it is said once here rather than in every skip.
-    chunk = 4 * 1024 * 1024
+    chunk = MAX_CHUNK_PAYLOAD
     for t in testees_of(config):
         g = t.geometry
         if t.adapter.status_domain != "grpc" or g is None or g.envelope_size(1, 1) <= chunk:
@@ -334,7 +320,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     resolved = file_path.resolve()
     roots = [corpus.cases_dir(), *user_case_dirs(parent.config)]
     if any(resolved.is_relative_to(r) for r in roots) or CASE_DIR_NAME in file_path.parts[:-1]:
-        return CaseFile.from_parent(parent, path=file_path)
+        return CaseFileCollector.from_parent(parent, path=file_path)
     return None
 
 
@@ -492,7 +478,8 @@ def _directed_tests_first(items: list[pytest.Item], collected: dict[int, int]) -
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-    """Past the run's deadline, nothing more runs: the run stops, incomplete (harness/gate.py)."""
+    """Past the run's deadline, nothing more runs: the run stops, incomplete
+    (tlkv_conformance.gate)."""
     if not is_active(item.config):
         return None
     deadline = settings_of(item.config).run_deadline
@@ -549,7 +536,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return report
     recorder = getattr(item, "funcargs", {}).get("fuzz_case")
     cut_short = isinstance(recorder, FuzzRecorder) and recorder.cut_short
-    report.sections = _bounded_shrink_note(item.config, report.sections, cut_short)
+    report.sections = profiles.bounded_shrink_note(
+        report.sections, settings_of(item.config).fuzz_shrink_seconds, cut_short
+    )
     # A skip points at the test's file, not at the harness line that raised it; with no line,
     # pytest's summary folds the file's skips of one reason into one line.
     if report.skipped and not hasattr(report, "wasxfail") and isinstance(report.longrepr, tuple):
@@ -576,7 +565,7 @@ def _apply_known_failures(
     item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]
 ) -> None:
     """The known-failures list, after the fact (as the SHOULD level): a failure it covers
-    (harness/known.py, coverage: on the requirements it is blamed on) becomes an expected
+    (tlkv_conformance.known, coverage: on the requirements it is blamed on) becomes an expected
     failure; a passing test an entry lists is an XPASS, and a strict entry is then stale (the
     gate fails the run at its end, naming it). Every
     failure is recorded on its report as the writer sees it (--write-known-failures), so that
@@ -607,7 +596,7 @@ def _apply_known_failures(
     if outcomes:
         report.tlkv_known = outcomes
     if listing:
-        # XPASS: the run fails at its end, naming the stale entries (harness/gate.py); the
+        # XPASS: the run fails at its end, naming the stale entries (tlkv_conformance.gate); the
         # test itself passed, so its requirements do not fail in the report.
         report.wasxfail = "; ".join(
             f"{'stale' if e.strict else 'known'} failure {e.shown()}: {e.reason}" for e in listing
@@ -652,31 +641,6 @@ def _failure_view(item: pytest.Item, failure: BaseException | None) -> dict[str,
         return failure_view(evidence, f"{display_path(origin.file)}:{origin.line}", origin.source)
     path, line, _ = item.location
     return failure_view(evidence, f"{path}:{(line or 0) + 1}")
-
-
-def _bounded_shrink_note(
-    config: pytest.Config, sections: list[tuple[str, str]], cut_short: bool
-) -> list[tuple[str, str]]:
-    """Hypothesis's own words when it gives up shrinking assume its five minutes: say instead
-    that the run's budget ended it (also when the recorder, not hypothesis, ended it)."""
-    budget = settings_of(config).fuzz_shrink_seconds
-    note = (
-        f"(shrinking stopped: the run's --fuzz-shrink-seconds={budget:g} were spent; the example "
-        "above is the smallest found by then)"
-    )
-    kept = []
-    for title, text in sections:
-        if profiles.SLOW_SHRINK_WARNING in text:
-            text, cut_short = text[: text.index(profiles.SLOW_SHRINK_WARNING)].rstrip(), True
-        if text:
-            kept.append((title, text))
-    if not cut_short:
-        return kept
-    for index, (title, text) in enumerate(kept):
-        if title.endswith("Hypothesis"):
-            kept[index] = (title, f"{text}\n{note}")
-            return kept
-    return [*kept, ("Hypothesis", note)]
 
 
 def _detail(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
@@ -736,6 +700,3 @@ def regressions_dir(config: pytest.Config) -> Path:
     if folders:
         return folders[0] / "regressions"
     return config.invocation_params.dir / "tlkv-regressions"
-
-
-__all__ = ["is_active", "parity_roots", "settings_of", "testees_of"]

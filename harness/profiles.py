@@ -38,7 +38,8 @@ SLOW_SHRINK_WARNING = "WARNING: Hypothesis has spent more than five minutes"
 DEFAULT_PROFILE = "gate"
 # The fuzz_case fixture is meant to outlive each example: it keeps the last one drawn, which
 # after a failure is the minimal example, to print as a regression case.
-# An example a way in cannot observe is rejected (harness/fuzzing.py), so through gRPC many are.
+# An example a way in cannot observe is rejected (tlkv_conformance.fuzzing), so through gRPC
+# many are.
 _SUPPRESSED = [
     HealthCheck.too_slow,
     HealthCheck.function_scoped_fixture,
@@ -90,6 +91,31 @@ def bound_shrinking(seconds: float) -> None:
     (Hypothesis offers no setting for this; its engine's module constant is the one knob.)"""
     if _has(engine, "MAX_SHRINKING_SECONDS"):
         engine.MAX_SHRINKING_SECONDS = max(seconds, 0.001)  # type: ignore[assignment]
+
+
+def bounded_shrink_note(
+    sections: list[tuple[str, str]], budget: float, cut_short: bool
+) -> list[tuple[str, str]]:
+    """A failing test's report sections with hypothesis's own words when it gives up shrinking
+    (they assume its five minutes) replaced by the run's `budget` ending it (also when the
+    recorder, not hypothesis, ended it: `cut_short`)."""
+    note = (
+        f"(shrinking stopped: the run's --fuzz-shrink-seconds={budget:g} were spent; the example "
+        "above is the smallest found by then)"
+    )
+    kept = []
+    for title, text in sections:
+        if SLOW_SHRINK_WARNING in text:
+            text, cut_short = text[: text.index(SLOW_SHRINK_WARNING)].rstrip(), True
+        if text:
+            kept.append((title, text))
+    if not cut_short:
+        return kept
+    for index, (title, text) in enumerate(kept):
+        if title.endswith("Hypothesis"):
+            kept[index] = (title, f"{text}\n{note}")
+            return kept
+    return [*kept, ("Hypothesis", note)]
 
 
 def _has(module: ModuleType | None, name: str) -> bool:

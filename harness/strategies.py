@@ -49,7 +49,7 @@ def tokens(min_size: int = 0, max_size: int = 64) -> st.SearchStrategy[list[int]
 
 
 def values_recipes(version: int) -> st.SearchStrategy[dict[str, Any]]:
-    """A values recipe (harness/values.py): finite for v2, specials allowed for v1."""
+    """A values recipe (tlkv_conformance.values): finite for v2, specials allowed for v1."""
     seed = st.integers(0, 2**32 - 1)
     ranges = st.sampled_from([(-1.0, 1.0), (-448.0, 448.0), (-0.01, 0.01), (0.0, 60000.0)])
     patterns = SPECIAL_F16 + (NON_FINITE_F16 if version == 1 else ())
@@ -102,7 +102,7 @@ def envelope_specs(
 ) -> dict[str, Any]:
     """{build: {geometry, version, blocks}}, an envelope the oracle encodes (at `fixed`, the
     geometry under test, when the implementation serves one)."""
-    version = version or draw(st.sampled_from([1, 2]))
+    version = version or draw(st.sampled_from(sorted(oracle.KNOWN_VERSIONS)))
     geometry = draw(geometries(realistic, fixed))
     if oracle.Geometry(*geometry).n_elements > LARGE_BLOCK:
         max_blocks = min(max_blocks, 2)  # a real geometry's blocks are MiBs each
@@ -295,7 +295,7 @@ def random_envelopes() -> st.SearchStrategy[dict[str, Any]]:
     """Arbitrary bytes, sometimes starting with a plausible header: {hex: ...}."""
     header = st.builds(
         lambda v, n, dims: oracle.encode_header(oracle.Geometry(*dims), v, n),
-        st.sampled_from([1, 2]),
+        st.sampled_from(sorted(oracle.KNOWN_VERSIONS)),
         st.one_of(st.integers(0, 3), st.sampled_from([65537, 1 << 30, U32_MAX])),
         geometries(realistic=False),
     )

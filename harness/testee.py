@@ -10,7 +10,6 @@ from pathlib import Path
 from .adapters import GRPC_STATUS_OF, Adapter, ImplInfo, ImplSpec
 from .exprs import BuildTarget
 from .oracle import Geometry
-from .report import Impl
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,8 +65,6 @@ class Testee:
             return f"{origin.name}, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
         return self.spec.target
 
-    def report_impl(self) -> Impl:
-        description = self.info.describe() + (
-            f", geometry {self.geometry}" if self.geometry else ""
-        )
-        return Impl(self.label, self.identity, description, self.fingerprint())
+    def describe(self) -> str:
+        """What the implementation says of itself, and the one geometry it serves if so."""
+        return self.info.describe() + (f", geometry {self.geometry}" if self.geometry else "")

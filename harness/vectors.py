@@ -26,8 +26,7 @@ import numpy as np
 
 from . import corpus, oracle
 from .adapters import GRPC_STATUS_OF
-from .cases import CaseFile, CaseFileError, load_case_file
-from .cases._sources import BlockPlan
+from .cases import BlockPlan, CaseFile, CaseFileError, load_case_file
 from .cases.kinds import (
     Case,
     ExportCase,
@@ -41,6 +40,7 @@ from .cases.kinds import (
     TransferCase,
 )
 from .checks import in_pool_precision
+from .exit_status import EXIT_BROKEN_CASE_FILE, EXIT_USAGE
 from .exprs import BuildTarget
 from .oracle import Geometry
 
@@ -52,7 +52,7 @@ ENVELOPES_FILE = "envelopes.json"
 EXPORTS_FILE = "exports.json"
 HISTORIES_FILE = "histories.json"
 SCHEMA_OUT = "schema.json"
-ALL_READS = frozenset({1, 2})
+ALL_READS = oracle.KNOWN_VERSIONS  # a reader of every version the format has
 V1_ONLY = frozenset({1})
 # Prefixes and bit flips are kept in full (each its own envelope, so a harness needs no
 # mutation code) while their base envelope is small, as it is at the case files' geometries.
@@ -84,8 +84,6 @@ TRANSFER_OMITTED = (
     "server reports, so it is not written out as a history: run the suite with "
     "--impl=grpc:HOST:PORT for it"
 )
-EXIT_BROKEN_CASE_FILE = 2
-EXIT_USAGE = 4
 
 
 def _hash_hex(value: int) -> str:

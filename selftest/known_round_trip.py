@@ -56,7 +56,7 @@ class RoundTrip:
 
 
 def stale_named(run: SuiteRun, entry: KnownFailure) -> bool:
-    """Whether the run names this entry stale (harness/gate.py's closing line)."""
+    """Whether the run names this entry stale (tlkv_conformance.gate's closing line)."""
     return bool(re.search(rf"stale known failure {re.escape(entry.shown())} \(", run.output))
 
 

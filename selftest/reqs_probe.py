@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from tlkv_conformance.plugin import REQS
+from tlkv_conformance.runstate import REQS
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

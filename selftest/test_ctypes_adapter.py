@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from tlkv_conformance import oracle
 from tlkv_conformance.adapters import AdapterSettings, parse_impl
-from tlkv_conformance.adapters._ctypes import (
+from tlkv_conformance.adapters._ctypes_adapter import (
     CtypesAdapter,
     load_status_profile,
     sanitizer_environment,

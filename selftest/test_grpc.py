@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,16 +20,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from tlkv_conformance import oracle
-from tlkv_conformance.adapters import AdapterSettings, parse_impl
-from tlkv_conformance.adapters._grpc import Chunk, GrpcAdapter, PushCounts
+from tlkv_conformance.adapters import AdapterSettings, Chunk, PushCounts, parse_impl
+from tlkv_conformance.adapters._grpc import GrpcAdapter
 from tlkv_conformance.cases import RejectCase, load_case_file
 from tlkv_conformance.cases.kinds import ImportCase, TransferCase
 from tlkv_conformance.cases.kinds._base import record_hashes
 from tlkv_conformance.checks import CaseFailure, calls_to_testee
 from tlkv_conformance.diagnosis import CountEvidence, attribute
 from tlkv_conformance.errors import NotObservable, Refused, SuiteUsageError, WrongCount
+from tlkv_conformance.exit_status import EXIT_NOT_SHOWN
 from tlkv_conformance.exprs import BuildTarget
-from tlkv_conformance.gate import EXIT_NOT_SHOWN
+from tlkv_conformance.references import grpc_server as reference_server
 
 from selftest.support import (
     Server,
@@ -198,7 +201,7 @@ def test_v1_only_server_refuses_v2_with_failed_precondition(v1_only_run):
             adapter.geometry, [oracle.Block(0, 1, np.zeros(adapter.geometry.values_shape))], 2
         )
         with pytest.raises(Refused) as refusal:
-            adapter.push([Chunk.of_payload(0, 2, 0, v2)])
+            adapter.transfer.push([Chunk.of_payload(0, 2, 0, v2)])
         assert refusal.value.code == FAILED_PRECONDITION
 
 
@@ -313,13 +316,33 @@ def test_transfer_cases_skip_on_other_testees(run_suite):
     assert "ref: not shown: no MUST requirement" in run.output
 
 
+def test_the_transfer_types_need_no_grpcio():
+    """The transfer kind and a scripted peer use Chunk and Transfer without importing grpcio
+    (a run that sends nothing over gRPC never loads it)."""
+    code = (
+        "import sys; import tlkv_conformance.cases.kinds.transfer; "
+        "from tlkv_conformance.adapters import Chunk, PushCounts, ServerInfo, Transfer; "
+        "print(sorted(m for m in sys.modules if m == 'grpc' or m.startswith('grpc.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_chunk_limits_are_the_specs_and_the_reference_servers():
+    """One chunk carries at most 4 MiB (spec, "Transfer"); the suite and the reference server,
+    which shares no code with it, receive the same: 4 MiB and 64 KiB for the other fields."""
+    assert oracle.MAX_CHUNK_PAYLOAD == 4 * 1024 * 1024 == reference_server.MAX_PAYLOAD
+    assert oracle.CHUNK_RECEIVE_LIMIT == 4 * 1024 * 1024 + 64 * 1024
+    assert oracle.CHUNK_RECEIVE_LIMIT == reference_server.RECEIVE_LIMIT
+
+
 # -- the adapter and the server, in this process -----------------------------------------------
 
 
 def test_server_describes_its_pool(grpc_server):
     server = grpc_server("--read-versions=1,2", capacity=7)
     with _adapter(server) as adapter:
-        info = adapter.server_info()
+        info = adapter.transfer.server_info()
         assert info.geometry == oracle.Geometry(*READER_GEOMETRY)
         assert info.read_versions == {1, 2}
         assert info.free_blocks == 7
@@ -340,16 +363,16 @@ def test_pool_full_is_resource_exhausted_and_the_stream_is_undone(grpc_server):
         ]
         envelopes = [oracle.encode(geometry, [b], 1) for b in blocks]
         first = [Chunk.of_payload(0, 1, blocks[0].block_hash, envelopes[0])]
-        assert adapter.push(first).blocks_stored == 1
+        assert adapter.transfer.push(first).blocks_stored == 1
         # Two more blocks into one free one: the second is refused and the first undone.
         rest = [
             Chunk.of_payload(i, 1, blocks[i + 1].block_hash, envelopes[i + 1]) for i in range(2)
         ]
         with pytest.raises(Refused) as refusal:
-            adapter.push(rest)
+            adapter.transfer.push(rest)
         assert refusal.value.code == "RESOURCE_EXHAUSTED"
-        assert adapter.has_blocks([b.block_hash for b in blocks]) == [True, False, False]
-        assert adapter.server_info().free_blocks == 1
+        assert adapter.transfer.has_blocks([b.block_hash for b in blocks]) == [True, False, False]
+        assert adapter.transfer.server_info().free_blocks == 1
 
 
 def test_prefix_cache_reads_a_held_payload_in_full_then_shares_it(grpc_server):
@@ -362,15 +385,15 @@ def test_prefix_cache_reads_a_held_payload_in_full_then_shares_it(grpc_server):
         block = oracle.Block(oracle.block_hash(0, [7] * 4), 4, np.ones(geometry.values_shape))
         payload = oracle.encode(geometry, [block], 1)
         chunk = Chunk.of_payload(0, 1, block.block_hash, payload)
-        assert adapter.push([chunk]) == PushCounts(1, 0, len(payload))
-        free = adapter.server_info().free_blocks
-        assert adapter.push([chunk]) == PushCounts(0, 1, len(payload))
-        assert adapter.server_info().free_blocks == free
+        assert adapter.transfer.push([chunk]) == PushCounts(1, 0, len(payload))
+        free = adapter.transfer.server_info().free_blocks
+        assert adapter.transfer.push([chunk]) == PushCounts(0, 1, len(payload))
+        assert adapter.transfer.server_info().free_blocks == free
         bad = oracle.seal(payload[: oracle.HEADER_SIZE + 8] + b"\0\0\0\0" + payload[40:-4])
         with pytest.raises(Refused) as refusal:
-            adapter.push([Chunk.of_payload(0, 1, block.block_hash, bad)])
+            adapter.transfer.push([Chunk.of_payload(0, 1, block.block_hash, bad)])
         assert refusal.value.code == "DATA_LOSS"
-        assert adapter.has_blocks([block.block_hash]) == [True]
+        assert adapter.transfer.has_blocks([block.block_hash]) == [True]
         with adapter.open_pool(geometry, 4) as pool:
             first = pool.write(block.block_hash, 4, block.values)
             again = pool.import_envelope(payload, 4)
@@ -399,7 +422,7 @@ def test_chunks_come_in_order(grpc_server):
         block = oracle.Block(0, 1, np.zeros(adapter.geometry.values_shape))
         envelope = oracle.encode(adapter.geometry, [block], 1)
         with pytest.raises(Refused) as refusal:
-            adapter.push([Chunk.of_payload(1, 1, 0, envelope)])
+            adapter.transfer.push([Chunk.of_payload(1, 1, 0, envelope)])
         assert refusal.value.code == "INVALID_ARGUMENT"
         assert "index 1" in refusal.value.detail
 
@@ -408,10 +431,10 @@ def test_pull_of_an_unheld_hash_or_unread_format(grpc_server):
     server = grpc_server("--read-versions=1")
     with _adapter(server) as adapter:
         with pytest.raises(Refused) as unheld:
-            adapter.pull([0x1234], 1)
+            adapter.transfer.pull([0x1234], 1)
         assert unheld.value.code == "NOT_FOUND"
         with pytest.raises(Refused) as unread:
-            adapter.pull([], 2)
+            adapter.transfer.pull([], 2)
         assert unread.value.code == FAILED_PRECONDITION
 
 
@@ -422,10 +445,10 @@ def test_receive_limit_admits_4_mib_and_the_other_fields(grpc_server):
         header = oracle.encode_header(adapter.geometry, 1, 1)
         exact = header + b"\x00" * (4 * 1024 * 1024 - len(header))  # READ-LENGTH: DATA_LOSS
         with pytest.raises(Refused) as refusal:  # not a valid envelope: refused, but not for size
-            adapter.push([Chunk.of_payload(0, 1, 0, exact, long_id)])
+            adapter.transfer.push([Chunk.of_payload(0, 1, 0, exact, long_id)])
         assert refusal.value.code == "DATA_LOSS"
         with pytest.raises(Refused) as refusal:
-            adapter.push([Chunk.of_payload(0, 1, 0, exact + b"\x00", long_id)])
+            adapter.transfer.push([Chunk.of_payload(0, 1, 0, exact + b"\x00", long_id)])
         assert refusal.value.code == "RESOURCE_EXHAUSTED"
 
 

@@ -1031,7 +1031,7 @@ def test_second_run_on_the_same_report_is_refused(tmp_path):
     assert "Traceback" not in output
 
 
-# -- the call ledger (harness/adapters/_quarantine.py), without a subprocess -------------------
+# -- the call ledger (tlkv_conformance.adapters._quarantine), without a subprocess ------------
 
 
 def test_ledger_shortens_the_wait_then_quarantines_a_hanging_operation():

@@ -1,4 +1,4 @@
-"""The hypothesis internals the gate relies on (harness/profiles.py) are there, are said once
+"""The hypothesis internals the gate relies on (tlkv_conformance.profiles) are there, are said once
 when missing, and take effect: the same seed draws the same examples whatever source files a
 process has loaded, and shrinking stops at the run's budget, saying so in the words the plugin
 looks for."""
@@ -10,13 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
-from tlkv_conformance import plugin, profiles
+from tlkv_conformance import profiles
 
 
 def test_every_internal_is_there() -> None:
@@ -150,12 +149,6 @@ def test_shrinking_stops_at_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bounded < FULL_SHRINK_STEPS / 4, bounded
     assert any(profiles.SLOW_SHRINK_WARNING in text for text in said), said
     section = ("Captured stdout call: Hypothesis", "\n".join(said))
-    [(_, shown)] = plugin._bounded_shrink_note(_config_with_budget(0.05), [section], False)
+    [(_, shown)] = profiles.bounded_shrink_note([section], 0.05, False)
     assert profiles.SLOW_SHRINK_WARNING not in shown
     assert "shrinking stopped: the run's --fuzz-shrink-seconds=0.05 were spent" in shown
-
-
-def _config_with_budget(seconds: float) -> pytest.Config:
-    stash = pytest.Stash()
-    stash[plugin.SETTINGS] = SimpleNamespace(fuzz_shrink_seconds=seconds)
-    return SimpleNamespace(stash=stash)  # type: ignore[return-value]

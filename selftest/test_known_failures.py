@@ -1,5 +1,5 @@
 """Known failures round-trip: a requirement entry covers the failures blamed on it, the same
-for the gate and for --write-known-failures (harness/known.py, docs/cases.md)."""
+for the gate and for --write-known-failures (tlkv_conformance.known, docs/cases.md)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from tlkv_conformance import report as tlkv_report
 from tlkv_conformance.adapters import parse_impl
-from tlkv_conformance.gate import EXIT_NOT_SHOWN
+from tlkv_conformance.exit_status import EXIT_NOT_SHOWN
 from tlkv_conformance.report import (
     NOTHING_SHOWN,
     Conformance,
@@ -24,6 +24,7 @@ from tlkv_conformance.report import (
     RunInfo,
     report_paths,
 )
+from tlkv_conformance.report_text import closing_lines, markdown, terminal_lines
 from tlkv_conformance.requirements import requirements
 
 from selftest.support import ROOT, SuiteRun, patched_copy, run_conformance
@@ -445,10 +446,50 @@ def test_verdicts_aggregate_and_should_cases_do_not_fail_must_requirements() -> 
     assert cells["V2-PAD"]["x"].verdict == "skipped"
     assert (cells["HASH-FNV"]["x"].verdict, cells["HASH-FNV"]["x"].shown) == ("failed", "FAIL")
     assert cells["HASH-ZERO"]["x"].verdict == "not run"
-    assert [r.id for r, _ in conformance.failing_requirements()] == [
+    assert [r.id for r, _ in conformance.failing] == [
         "HASH-FNV",
         "READ-RULES-FIRST",
     ]
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["warning", "strict"])
+def test_a_should_failure_blamed_on_must_requirements_is_its_should_requirements(
+    strict: bool,
+) -> None:
+    """A SHOULD-level case whose differences lie in fields of MUST requirements (tiny-slabs
+    blamed on V2-SCALE and V2-E4M3, as seen on an engine with the tiny-slab warning) fails its
+    own SHOULD requirement, a warning unless --strict: no MUST requirement shows as failed or
+    warned, in the tables or the counts; its blame is still said with the test."""
+    log = ResultLog(strict=strict)
+    for phase in (
+        _phase("e4m3[x]", "call", "passed", "x", "V2-SCALE", "V2-E4M3", level="MUST"),
+        _phase(
+            "tiny-slabs[x]",
+            "call",
+            "failed" if strict else "passed",
+            "x",
+            "V2-TINY-SLAB",
+            level="SHOULD",
+            warning=not strict,
+            blamed=("V2-SCALE", "V2-E4M3"),
+        ),
+    ):
+        log.add(phase)
+    conformance = Conformance.build([Impl("x", "x", "")], log, exit_status=int(strict))
+    shown = "FAIL" if strict else "warn"
+    assert [(r.id, r.level, row["x"].shown) for r, row in conformance.failing] == [
+        ("V2-TINY-SLAB", "SHOULD", shown)
+    ]
+    cells = conformance.requirement_cells
+    assert (cells["V2-SCALE"]["x"].verdict, cells["V2-E4M3"]["x"].verdict) == ("passed", "passed")
+    counts = conformance.summaries[0].requirements
+    assert counts.get("SHOULD failed" if strict else "SHOULD warning") == 1
+    assert "MUST failed" not in counts
+    terminal = "\n".join(terminal_lines(conformance))
+    assert f"V2-TINY-SLAB  SHOULD  {shown}" in terminal
+    assert "blamed on V2-SCALE, V2-E4M3" in terminal  # where the bytes differ
+    assert f"V2-SCALE      MUST    {shown}" not in terminal
+    assert "| V2-SCALE | MUST | pass |" in markdown(conformance)
 
 
 # -- what a run must show ---------------------------------------------------------------------
@@ -472,32 +513,32 @@ NOT_APPLICABLE_SCALE = _phase(
 def test_an_applicable_must_requirement_no_test_showed_is_named() -> None:
     judged = _judged(PASSED_FNV, SKIPPED_ZERO, NOT_APPLICABLE_SCALE)
     # V2-SCALE: one test did not apply, the other could have shown it
-    assert judged.not_shown() == {"x": ["HASH-ZERO", "V2-SCALE"]}
-    assert judged.impl_gate("x") == "NOT SHOWN"
-    assert "x: not shown: HASH-ZERO, V2-SCALE (applicable" in "\n".join(judged.closing_lines([]))
+    assert judged.not_shown == {"x": ["HASH-ZERO", "V2-SCALE"]}
+    assert judged.summaries[0].gate == "NOT SHOWN"
+    assert "x: not shown: HASH-ZERO, V2-SCALE (applicable" in "\n".join(closing_lines(judged, []))
 
 
 def test_not_applicable_requirements_need_no_test() -> None:
     judged = _judged(PASSED_FNV, NOT_APPLICABLE_SCALE)
-    assert judged.not_shown() == {}
-    assert judged.impl_gate("x") == "PASS"
+    assert judged.not_shown == {}
+    assert judged.summaries[0].gate == "PASS"
 
 
 def test_a_run_that_showed_no_must_requirement_is_named() -> None:
     should = _phase("d[x]", "call", "passed", "x", "V2-PAD", level="SHOULD")
-    assert _judged(NOT_APPLICABLE_SCALE, should).not_shown() == {"x": [NOTHING_SHOWN]}
+    assert _judged(NOT_APPLICABLE_SCALE, should).not_shown == {"x": [NOTHING_SHOWN]}
     # A known failure still failing shows something: the gate stays green while it is tracked.
     known = _phase("e[x]", "call", "skipped", "x", "HASH-ZERO", level="MUST", wasxfail=True)
-    assert _judged(NOT_APPLICABLE_SCALE, known).not_shown() == {}
+    assert _judged(NOT_APPLICABLE_SCALE, known).not_shown == {}
 
 
 def test_reqs_count_only_the_requirements_asked_for() -> None:
     """--reqs=HASH-FNV selects tests citing HASH-FNV, which may cite others: only HASH-FNV
     must be shown."""
     fnv_and_scale = _phase("f[x]", "setup", "skipped", "x", "HASH-FNV", "V2-SCALE", level="MUST")
-    assert _judged(PASSED_FNV, fnv_and_scale, reqs=("HASH-FNV",)).not_shown() == {}
-    assert _judged(PASSED_FNV, fnv_and_scale).not_shown() == {"x": ["V2-SCALE"]}
-    assert _judged(fnv_and_scale, reqs=("HASH-FNV",)).not_shown() == {"x": ["HASH-FNV"]}
+    assert _judged(PASSED_FNV, fnv_and_scale, reqs=("HASH-FNV",)).not_shown == {}
+    assert _judged(PASSED_FNV, fnv_and_scale).not_shown == {"x": ["V2-SCALE"]}
+    assert _judged(fnv_and_scale, reqs=("HASH-FNV",)).not_shown == {"x": ["HASH-FNV"]}
 
 
 def test_a_run_that_showed_nothing_does_not_exit_0(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The portable vectors (harness/vectors.py): the same bytes on every write, valid against
+"""The portable vectors (tlkv_conformance.vectors): the same bytes on every write, valid against
 their schema, and agreed with, vector by vector, by a reader that shares nothing with the
 oracle (selftest/vector_reader.py). An engine in another language will trust these files
 without Python to cross-check them, so an oracle bug must not slip into them unnoticed."""

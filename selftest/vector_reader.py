@@ -1,6 +1,6 @@
 """A second, independent reader of the TLKV format, standard library only.
 
-It checks the portable vectors (harness/vectors.py) without trusting the suite's oracle: every
+It checks the portable vectors (tlkv_conformance.vectors) without trusting the suite's oracle: every
 hash, CRC, reader verdict and decoded value here is derived from the format's text alone, the
 way an engine team in another language would write it. It shares no code with the oracle (no
 numpy, no crc32c package, no ml_dtypes, no tlkv_conformance import), so a bug in the oracle

@@ -1,12 +1,23 @@
-"""Adapters: the three ways the suite reaches an implementation (docs/contract.md)."""
+"""Adapters: the three ways the suite reaches an implementation (docs/contract.md), and the
+tl.kv.v1 transfer a gRPC one offers the transfer cases (`Transfer`, `Chunk`, docs/grpc.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..errors import SuiteUsageError
-from ._base import GRPC_STATUS_OF, STATUS_CODES, Adapter, Capability, ImplInfo, PoolHandle, ReadBack
+from ._base import (
+    GRPC_STATUS_OF,
+    STATUS_CODES,
+    Adapter,
+    Capability,
+    ImplInfo,
+    PoolHandle,
+    ReadBack,
+    values_digest,
+)
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
+from ._transfer import Chunk, PushCounts, ServerInfo, Transfer
 
 
 @dataclass(frozen=True)
@@ -33,7 +44,7 @@ def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
 
         return PyModuleAdapter(spec, settings)
     if spec.kind == "ctypes":
-        from ._ctypes import CtypesAdapter
+        from ._ctypes_adapter import CtypesAdapter
 
         return CtypesAdapter(spec, settings)
     if spec.kind == "grpc":
@@ -50,10 +61,15 @@ __all__ = [
     "Adapter",
     "AdapterSettings",
     "Capability",
+    "Chunk",
     "ImplInfo",
     "ImplSpec",
     "PoolHandle",
+    "PushCounts",
     "ReadBack",
+    "ServerInfo",
+    "Transfer",
     "open_adapter",
     "parse_impl",
+    "values_digest",
 ]

@@ -10,10 +10,11 @@ import numpy as np
 
 from ..errors import NotObservable
 from ..oracle import Geometry
+from ._transfer import Transfer
 
 STATUS_CODES = ("EINVAL", "ENOMEM", "EFORMAT", "ESHAPE", "ENOTFOUND")
 # How a gRPC server reports what a C library reports with each status (docs/grpc.md); the
-# reader rules carry their own statuses (harness.oracle.READER_RULES).
+# reader rules carry their own statuses (tlkv_conformance.oracle.READER_RULES).
 GRPC_STATUS_OF = {
     "EINVAL": "INVALID_ARGUMENT",
     "ENOMEM": "RESOURCE_EXHAUSTED",
@@ -139,6 +140,9 @@ class Adapter(abc.ABC):
     status_domain = "c"
     # Whether blocks outlive a pool (a server's one pool outlives every case and run).
     keeps_blocks = False
+    # The tl.kv.v1 decode server this way in reaches as its prefill side, which the transfer
+    # cases use; None for a way in without one (they are skipped).
+    transfer: Transfer | None = None
 
     def __init__(self, label: str) -> None:
         self.label = label

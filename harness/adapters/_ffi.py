@@ -1,7 +1,7 @@
 """The C ABI of abi/tl_kv.h as ctypes sees it: one table of functions and their checks, and a
-`Session` that owns pools by integer id.
+`LibrarySession` that owns pools by integer id.
 
-The same Session runs in the worker process (isolation "worker") and in the pytest process
+The same session runs in the worker process (isolation "worker") and in the pytest process
 (isolation "inprocess"), so both modes call the library identically. This module imports
 nothing but the standard library and the package's `errors`: the worker loads both files on
 their own, without the package's __init__ and its numpy import, so that a worker (re)starts in
@@ -166,7 +166,7 @@ class _Pool:
     n_elements: int  # floats in one block's values, L * 2 * Hkv * B * D
 
 
-class Session:
+class LibrarySession:
     """The library and the pools created through it, each named by an integer id.
 
     Each method calls one C function, named in CALLS, so a crash inside a method is a crash

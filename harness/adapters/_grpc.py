@@ -1,5 +1,7 @@
 """The gRPC way in (`grpc:HOST:PORT[,geometry=BxLxHkvxD][,shared]`): the suite plays the
-prefill side of tl.kv.v1 against a decode server (CONTRACT section 3, docs/grpc.md).
+prefill side of tl.kv.v1 against a decode server (CONTRACT section 3, docs/grpc.md). The
+transfer itself is `_grpc_client.TransferClient`, which transfer cases use as it is; this
+module is the pool mapped onto it, for every other case.
 
 The server has one pool, which outlives every case, and tl.kv.v1 reaches a block only by its
 hash and has no release. So the pool operations map onto the transfer as far as it allows, and
@@ -15,100 +17,26 @@ whatever it cannot show raises NotObservable (the case is skipped, never passed)
 
 from __future__ import annotations
 
-import itertools
-import struct
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING
 
-import grpc
 import numpy as np
 
 from .. import oracle
-from ..errors import (
-    ImplementationFault,
-    NotObservable,
-    OperationFault,
-    Quarantined,
-    Refused,
-    SuiteUsageError,
-    WrongCount,
-)
-from ..exprs import DEFAULT_GEOMETRY
-from ..grpc_stubs import kv_pb2, kv_pb2_grpc
+from ..errors import ImplementationFault, NotObservable, Refused, WrongCount
 from ._base import Adapter, Capability, ImplInfo, PoolHandle, ReadBack
-from ._quarantine import CallLedger
-from ._spec import SHARED_OPTION, ImplSpec
+from ._grpc_client import NO_INFO, TransferClient
+from ._spec import ImplSpec
+from ._transfer import Chunk, check_fits
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from . import AdapterSettings
 
-MAX_PAYLOAD = 4 * 1024 * 1024
-RECEIVE_LIMIT = MAX_PAYLOAD + 64 * 1024
-# A call failing with one of these is the server's fault or absence, never a refusal of the
-# data sent: the case fails with it rather than comparing it with an expected status.
-_FAULT_STATUSES = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNIMPLEMENTED,
-    }
-)
-# How grpcio words a message past the client's receive limit, and an answer it cannot parse.
-_TOO_LARGE = "Received message larger than max"
-_UNPARSED = "Exception deserializing response"
-_RECORD_HASH = struct.Struct("<Q")
-NO_INFO = "the server does not offer GetInfo (UNIMPLEMENTED), so its free blocks cannot be observed"
 SHARED = (
     "the server is shared (xdist workers, or ,shared on --impl): its free-block count moves "
     "with other clients, so this run's own use of it cannot be observed"
 )
-NO_PULL = (
-    "the server does not offer PullKv (UNIMPLEMENTED), so the content of its blocks cannot be "
-    "observed"
-)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One KvChunk as the suite sends or receives it."""
-
-    index: int
-    kv_format: int
-    block_hash: int
-    payload: bytes
-    crc32c: int
-    request_id: str = ""
-
-    @classmethod
-    def of_payload(
-        cls, index: int, kv_format: int, block_hash: int, payload: bytes, request_id: str = ""
-    ) -> Chunk:
-        """A chunk with the right crc32c field (an empty payload's is 0)."""
-        crc = oracle.crc32c(payload) if payload else 0
-        return cls(index, kv_format, block_hash, payload, crc, request_id)
-
-
-@dataclass(frozen=True)
-class PushCounts:
-    """A PushKvResponse."""
-
-    blocks_stored: int
-    blocks_reused: int
-    payload_bytes: int
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """A PoolInfo (GetInfo)."""
-
-    geometry: oracle.Geometry
-    read_versions: frozenset[int]
-    free_blocks: int
 
 
 @dataclass
@@ -130,180 +58,43 @@ def _header_field(data: bytes, name: str) -> int | None:
 
 
 def _first_record_hash(data: bytes) -> int:
-    if len(data) >= oracle.HEADER_SIZE + _RECORD_HASH.size:
-        return _RECORD_HASH.unpack_from(data, oracle.HEADER_SIZE)[0]
+    field = oracle.RECORD_FIELDS["block_hash"]
+    if len(data) >= oracle.HEADER_SIZE + field.offset + field.size:
+        return field.read(data, oracle.HEADER_SIZE)
     return 0
 
 
-class _Unreachable(ImplementationFault):
-    """No connection to the server could be made at all."""
-
-
 class GrpcAdapter(Adapter):
-    """A tl.kv.v1 decode server, reached as its prefill side."""
+    """A tl.kv.v1 decode server, reached as its prefill side: its transfer, and its one pool
+    seen through the transfer."""
 
     status_domain = "grpc"
     keeps_blocks = True
 
-    def __init__(self, spec: ImplSpec, settings: Any) -> None:
+    def __init__(self, spec: ImplSpec, settings: AdapterSettings) -> None:
         super().__init__(spec.label)
-        self.target = spec.target
-        # Each rpc is an operation as a C function is: its deadline shortened after a hang, and
-        # not called again after a second (docs/grpc.md, "A server that misbehaves").
-        self._ledger = CallLedger(float(settings.call_timeout))
-        self.shared = SHARED_OPTION in spec.options or settings.concurrent_runs > 1
-        self._channel = grpc.insecure_channel(
-            spec.target,
-            # A pulled 4 MiB envelope plus its chunk's fields, and no more: a server answering
-            # with more fails that call (RESOURCE_EXHAUSTED), it cannot hold up the run.
-            options=[("grpc.max_receive_message_length", RECEIVE_LIMIT)],
-        )
-        # Set once a connection to the server was made: only a server never reached is the
-        # user's mistake (an address nothing listens on); one reached that then fails is not.
-        self._connected = threading.Event()
-        self._channel.subscribe(self._watch_connectivity)
-        self._stub = kv_pb2_grpc.KvTransferStub(self._channel)
-        # Why no rpc is made any more (the server broke while being described, or its
-        # connection broke and did not come back), and what that shows of it.
-        self._out_of_service: tuple[str, OperationFault] | None = None
-        self._requests = itertools.count(1)
+        self.transfer: TransferClient = TransferClient(spec, settings)
+        self.geometry = self.transfer.geometry
         self._blocks: list[_Known] = []
         self._pushed: dict[int, set[tuple[int, bytes]]] = {}  # hash -> contents pushed
         self._held_before: set[int] = set()  # hashes the server held before this run pushed them
         self._preloaded: dict[tuple[int, bytes], int] = {}  # (hash, record) -> the block's id
-        # What the description finds; these stand if it fails half-way.
-        self.geometry = spec.geometry
-        self.read_versions = frozenset({1})
-        self.has_info = self.has_pull = False
-        try:
-            self._connect(spec)
-        except BaseException:
-            self.close()
-            raise
-
-    def _watch_connectivity(self, state: grpc.ChannelConnectivity) -> None:
-        if state == grpc.ChannelConnectivity.READY:
-            self._connected.set()
-
-    # -- startup --------------------------------------------------------------------------------
-
-    def _usage(self, problem: str) -> SuiteUsageError:
-        return SuiteUsageError(f"--impl {self.label}: {problem}")
-
-    def _connect(self, spec: ImplSpec) -> None:
-        """Describe the server. Never reached: a usage error (one line, exit 4). Reached, then
-        stalled, refused wrongly or answered with garbage: the server's fault, which every case
-        that calls it fails with (exit 1, with a report saying which call and how)."""
-        try:
-            self._describe(spec)
-        except _Unreachable as exc:
-            raise self._usage(f"cannot reach the server ({exc})") from None
-        except (ImplementationFault, Refused) as exc:
-            operation_fault = getattr(exc, "operation_fault", None) or OperationFault(
-                "describing-fails", f"the server fails while being described: {exc}"
-            )
-            self._out_of_service = (
-                f"describing the server failed ({exc}), so it is not called in this run",
-                operation_fault,
-            )
-            # Every case gets as far as its first rpc, which fails with that reason, rather
-            # than being skipped for what the failed description could not say.
-            self.has_info = self.has_pull = True
-            if self.geometry is None:
-                # Never said: the cases are built at the corpus's default geometry, and each
-                # fails at its first rpc all the same.
-                self.geometry = DEFAULT_GEOMETRY
-
-    def _describe(self, spec: ImplSpec) -> None:
-        request = kv_pb2.HasBlocksRequest()
-        try:
-            self._call(
-                "HasBlocks",
-                lambda timeout: self._stub.HasBlocks(request, timeout=timeout),
-                optional="HasBlocks",
-            )
-        except NotObservable:
-            raise self._usage(
-                "HasBlocks failed with UNIMPLEMENTED: is this a tl.kv.v1 KvTransfer server?"
-            ) from None
-        given = spec.geometry
-        info = self._get_info_or_none()
-        self.has_info = info is not None
-        if info is not None:
-            if given is not None and given != info.geometry:
-                raise self._usage(
-                    f"geometry={given} but the server's GetInfo says its pool is {info.geometry}"
-                )
-            self.geometry = info.geometry
-            self.read_versions = info.read_versions
-            if 1 not in self.read_versions:
-                raise self._usage(
-                    f"GetInfo says the server reads versions {sorted(self.read_versions)}; "
-                    "every reader reads v1"
-                )
-        elif given is None:
-            raise self._usage(
-                "the server does not offer GetInfo (UNIMPLEMENTED), so give its pool geometry: "
-                f"grpc:{spec.target},geometry=BxLxHxD"
-            )
-        else:
-            self.read_versions = self._probe_read_versions()
-        self.has_pull = self._offers_pull()
-
-    def _get_info_or_none(self) -> ServerInfo | None:
-        try:
-            return self.server_info()
-        except NotObservable:
-            return None
-
-    def _offers_pull(self) -> bool:
-        request = kv_pb2.PullKvRequest(kv_format=1)  # no blocks: answers nothing, changes nothing
-        try:
-            self._call(
-                "PullKv",
-                lambda timeout: list(self._stub.PullKv(request, timeout=timeout)),
-                optional=NO_PULL,
-            )
-        except NotObservable:
-            return False
-        return True
-
-    def _probe_read_versions(self) -> frozenset[int]:
-        """Without GetInfo, push one partial (unregistered) block in v1, which checks the
-        geometry given, then one in v2: FAILED_PRECONDITION means a v1-only reader. Each probe
-        the server accepts occupies one block of its pool for good (docs/grpc.md)."""
-        assert self.geometry is not None
-        reads = {1}
-        for version in (1, 2):
-            block = oracle.Block(0, 1, np.zeros(self.geometry.values_shape, dtype=np.float32))
-            payload = oracle.encode(self.geometry, [block], version)
-            try:
-                self.push([Chunk.of_payload(0, version, 0, payload, self._request_id())])
-            except Refused as refusal:
-                if version == 2 and refusal.code == "FAILED_PRECONDITION":
-                    continue
-                raise self._usage(
-                    f"the server refused a v{version} block of the geometry given "
-                    f"({self.geometry}) with {refusal.code}: is geometry= "
-                    f"right? ({refusal.detail})"
-                ) from None
-            reads.add(version)
-        return frozenset(reads)
 
     # -- the adapter protocol -------------------------------------------------------------------
 
     def info(self) -> ImplInfo:
         # What this way in can observe: never the hash function; pools (reads of content, free
         # counts) only with both extensions; exports only with PullKv.
+        transfer = self.transfer
         capabilities = {Capability.IMPORT}
-        if self.has_info and self.has_pull:
+        if transfer.has_info and transfer.has_pull:
             capabilities.add(Capability.POOL)
-        if self.has_pull:
+        if transfer.has_pull:
             capabilities.add(Capability.EXPORT)
         return ImplInfo(
-            read_versions=self.read_versions,
+            read_versions=transfer.read_versions,
             # tl.kv.v1 announces what a server reads; PullKv is assumed to write the same.
-            write_versions=self.read_versions if self.has_pull else frozenset(),
+            write_versions=transfer.read_versions if transfer.has_pull else frozenset(),
             # The pool's own precision is not announced; every read goes through a v1
             # envelope, so the suite sees f16 values whatever the server stores.
             pool_dtype="f16",
@@ -317,210 +108,19 @@ class GrpcAdapter(Adapter):
         )
 
     def open_pool(self, geometry: oracle.Geometry, capacity: int) -> GrpcPool:
-        if self._out_of_service is not None:
-            raise self._not_called("GetInfo")
+        self.transfer.check_in_service("GetInfo")
         if geometry != self.geometry:
             raise NotObservable(self.other_geometry(geometry))
         return GrpcPool(self, geometry, capacity)
 
     def close(self) -> None:
-        self._channel.unsubscribe(self._watch_connectivity)
-        self._channel.close()
+        self.transfer.close()
 
     def __enter__(self) -> GrpcAdapter:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    # -- the transfer, for transfer cases -------------------------------------------------------
-
-    def has_blocks(self, hashes: Sequence[int]) -> list[bool]:
-        request = kv_pb2.HasBlocksRequest(block_hashes=list(hashes))
-        response = self._call(
-            "HasBlocks", lambda timeout: self._stub.HasBlocks(request, timeout=timeout)
-        )
-        held = list(response.held)
-        if len(held) != len(hashes):
-            raise ImplementationFault(
-                f"HasBlocks answered {len(held)} flags for {len(hashes)} hashes"
-            )
-        return held
-
-    def push(self, chunks: Sequence[Chunk]) -> PushCounts:
-        """One PushKv stream of `chunks`; Refused(status name) if the server refuses it."""
-        messages = [
-            kv_pb2.KvChunk(
-                request_id=c.request_id,
-                index=c.index,
-                kv_format=c.kv_format,
-                block_hash=c.block_hash,
-                payload=c.payload,
-                crc32c=c.crc32c,
-            )
-            for c in chunks
-        ]
-        response = self._call(
-            "PushKv", lambda timeout: self._stub.PushKv(iter(messages), timeout=timeout)
-        )
-        return PushCounts(response.blocks_stored, response.blocks_reused, response.payload_bytes)
-
-    def server_info(self) -> ServerInfo:
-        """GetInfo; NotObservable when the server does not offer it."""
-        response = self._call(
-            "GetInfo",
-            lambda timeout: self._stub.GetInfo(kv_pb2.GetInfoRequest(), timeout=timeout),
-            optional=NO_INFO,
-        )
-        try:
-            geometry = oracle.Geometry(
-                response.block_tokens, response.n_layers, response.n_kv_heads, response.head_dim
-            )
-        except ValueError as exc:
-            raise ImplementationFault(f"GetInfo describes no usable pool: {exc}") from None
-        return ServerInfo(geometry, frozenset(response.read_versions), response.free_blocks)
-
-    def pull(self, hashes: Sequence[int], kv_format: int) -> list[Chunk]:
-        """PullKv, its chunks in the order asked (the order the server sent them is
-        pulled_order's to check: a SHOULD); NotObservable when the server does not offer it.
-        Checks each chunk's crc32c field and hash, so a caller sees only the payloads."""
-        chunks = self.pulled(hashes, kv_format)
-        if sorted(c.block_hash for c in chunks) != sorted(hashes):
-            raise ImplementationFault(
-                "PullKv streamed blocks "
-                + ", ".join(f"{c.block_hash:#018x}" for c in chunks)
-                + " for "
-                + ", ".join(f"{h:#018x}" for h in hashes)
-            )
-        by_hash = {c.block_hash: c for c in chunks}
-        return [by_hash[h] for h in hashes]
-
-    def pulled(self, hashes: Sequence[int], kv_format: int) -> list[Chunk]:
-        """PullKv's chunks as the server streamed them (crc32c fields checked)."""
-        size = (
-            self.geometry.envelope_size(1, kv_format) if kv_format in oracle.KNOWN_VERSIONS else 0
-        )
-        if size > MAX_PAYLOAD:
-            raise NotObservable(
-                f"PullKv in v{kv_format}: a one-block envelope of the server's geometry is "
-                f"{size} bytes, more than one chunk carries ({MAX_PAYLOAD})"
-            )
-        request = kv_pb2.PullKvRequest(block_hashes=list(hashes), kv_format=kv_format)
-        messages = self._call(
-            "PullKv",
-            lambda timeout: list(self._stub.PullKv(request, timeout=timeout)),
-            optional=NO_PULL,
-        )
-        if len(messages) != len(hashes):
-            raise ImplementationFault(
-                f"PullKv of {len(hashes)} blocks streamed {len(messages)} chunks"
-            )
-        chunks = []
-        for index, message in enumerate(messages):
-            payload = bytes(message.payload)
-            crc = oracle.crc32c(payload)
-            if message.crc32c != crc:
-                raise ImplementationFault(
-                    f"PullKv chunk {index}: crc32c field {message.crc32c:#010x}, the payload's "
-                    f"{crc:#010x}"
-                )
-            chunks.append(
-                Chunk(
-                    message.index,
-                    message.kv_format,
-                    message.block_hash,
-                    payload,
-                    message.crc32c,
-                    message.request_id,
-                )
-            )
-        return chunks
-
-    def new_request_id(self) -> str:
-        return self._request_id()
-
-    # -- helpers --------------------------------------------------------------------------------
-
-    def _request_id(self) -> str:
-        return f"tlkv-conformance-{next(self._requests)}"
-
-    def _call(self, rpc: str, action: Callable[[float], T], optional: str | None = None) -> T:
-        """`action(deadline)`, one rpc, under the deadline the ledger gives it. A refusal is
-        Refused; UNIMPLEMENTED of an `optional` extension NotObservable (with that reason); a
-        hang, a broken connection, an answer too large or that does not parse, or a status no
-        request earns an ImplementationFault. A broken connection is retried once."""
-        if self._out_of_service is not None:
-            raise self._not_called(rpc)
-        timeout = self._ledger.timeout(rpc)  # Quarantined if rpc is not called any more
-        start = time.monotonic()
-        try:
-            result = action(timeout)
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.UNAVAILABLE or not self._reconnected(timeout):
-                raise self._failure(rpc, exc, timeout, start, optional) from None
-            # The connection broke and came back (a restarted server): once more, and no more.
-            start = time.monotonic()
-            try:
-                result = action(timeout)
-            except grpc.RpcError as again:
-                raise self._failure(rpc, again, timeout, start, optional) from None
-        self._ledger.answered(rpc, start)
-        return result
-
-    def _reconnected(self, timeout: float) -> bool:
-        """After UNAVAILABLE: whether a connection to the server can be made within `timeout`."""
-        if not self._connected.is_set():
-            return False  # never reached: nothing to come back
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
-            return False
-        return True
-
-    def _failure(
-        self, rpc: str, exc: grpc.RpcError, timeout: float, start: float, optional: str | None
-    ) -> Exception:
-        """What a failed rpc means, recorded in the ledger where it counts."""
-        code, details = exc.code(), _details(exc)
-        failed = f"{rpc} on {self.target} failed with {code.name}: {details}"
-        unanswered = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-        # A READY seen just before the failure may still be on its way to the callback.
-        if code in unanswered and not self._connected.wait(0.2):
-            return _Unreachable(f"{code.name}: {details}")
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return self._ledger.timed_out(rpc, timeout, f" on {self.target}")
-        if code == grpc.StatusCode.UNAVAILABLE:
-            operation_fault = OperationFault(
-                "connection-lost", "the server's connection breaks and does not come back"
-            )
-            self._out_of_service = (
-                f"the connection to the server broke ({failed}) and did not come back within "
-                f"{timeout:g} s, so the server is not called again in this run",
-                operation_fault,
-            )
-            return ImplementationFault(failed, operation_fault)
-        # The client's own receive limit (PushKv's answer is a few bytes: there, a server's
-        # RESOURCE_EXHAUSTED is its refusal of a chunk too large, with gRPC's own words).
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and rpc != "PushKv" and _TOO_LARGE in details:
-            title = f"{rpc} answers with a message over the receive limit ({RECEIVE_LIMIT} bytes)"
-            operation_fault = OperationFault(f"oversized-answer:{rpc}", title)
-            return self._ledger.faulted(rpc, ImplementationFault(failed, operation_fault))
-        if code == grpc.StatusCode.INTERNAL and _UNPARSED in details:
-            title = f"{rpc} answers with a message that does not parse"
-            operation_fault = OperationFault(f"malformed-answer:{rpc}", title)
-            return self._ledger.faulted(rpc, ImplementationFault(failed, operation_fault))
-        if optional is not None and code == grpc.StatusCode.UNIMPLEMENTED:
-            self._ledger.answered(rpc, start, settled=False)
-            return NotObservable(optional)
-        if code in _FAULT_STATUSES:
-            return ImplementationFault(failed)
-        self._ledger.answered(rpc, start, settled=False)
-        return Refused(code.name, rpc, details)
-
-    def _not_called(self, rpc: str) -> Quarantined:
-        assert self._out_of_service is not None
-        why, operation_fault = self._out_of_service
-        return Quarantined(f"not called in {rpc}: {why}", operation_fault)
 
     # -- bookkeeping shared by every pool handle (the server's pool outlives them) ---------------
 
@@ -532,14 +132,14 @@ class GrpcAdapter(Adapter):
         new = [h for h, _, _ in blocks if h and h not in self._pushed]
         if new:
             self._held_before.update(
-                h for h, held in zip(new, self.has_blocks(new), strict=True) if held
+                h for h, held in zip(new, self.transfer.has_blocks(new), strict=True) if held
             )
-        request_id = self._request_id()
+        request_id = self.transfer.new_request_id()
         chunks = [
             Chunk.of_payload(index, version, block_hash, payload, request_id)
             for index, (block_hash, payload, version) in enumerate(blocks)
         ]
-        counts = self.push(chunks)
+        counts = self.transfer.push(chunks)
         if counts.blocks_stored + counts.blocks_reused != len(blocks):
             raise WrongCount(
                 f"PushKv of {len(blocks)} payloads answered blocks_stored {counts.blocks_stored}, "
@@ -580,7 +180,7 @@ class GrpcAdapter(Adapter):
             # Held before this run pushed it (an earlier run's golden vector, say): the block
             # the hash reaches is this one only if the server sends back what was pushed.
             version, record = known.content
-            (chunk,) = self.pull([known.block_hash], version)
+            (chunk,) = self.transfer.pull([known.block_hash], version)
             if chunk.payload[oracle.HEADER_SIZE : -oracle.CRC_SIZE] != record:
                 raise NotObservable(
                     f"{what}: the server held a block of hash {known.block_hash:#x} with other "
@@ -589,22 +189,6 @@ class GrpcAdapter(Adapter):
                 )
         return known.block_hash
 
-    def fits(self, payload: bytes, what: str) -> None:
-        """A payload the suite can send: a chunk carries at most 4 MiB. Past that the limit is
-        the transport's, not a fault of the server: the case cannot be observed this way."""
-        if len(payload) > MAX_PAYLOAD:
-            raise NotObservable(
-                f"{what}: a one-block envelope of this geometry is {len(payload)} bytes, more "
-                f"than one tl.kv.v1 chunk carries ({MAX_PAYLOAD})"
-            )
-
-
-def _details(exc: grpc.RpcError) -> str:
-    """The status message's first line (a status from grpcio's own transport can be long)."""
-    details = exc.details() if callable(getattr(exc, "details", None)) else None
-    text = str(details or exc).strip()
-    return text.splitlines()[0] if text else "no details"
-
 
 class GrpcPool(PoolHandle):
     """The server's one pool, seen as a pool of the capacity the case asked for."""
@@ -612,11 +196,12 @@ class GrpcPool(PoolHandle):
     def __init__(self, adapter: GrpcAdapter, geometry: oracle.Geometry, capacity: int) -> None:
         super().__init__(geometry, capacity)
         self._adapter = adapter
+        self._transfer = adapter.transfer
         self._free_at_open: int | None = None
-        if adapter.has_info and not adapter.shared:
+        if self._transfer.has_info and not self._transfer.shared:
             # The case's pool is a view of the server's: it needs room only for what it stores
             # (checked as it stores it), not for the capacity it declares.
-            self._free_at_open = adapter.server_info().free_blocks
+            self._free_at_open = self._transfer.server_info().free_blocks
         self._written: dict[int, int] = {}  # hash -> the first id this pool wrote with it
         # Blocks the server's free count does not show: preloaded blocks it was not sent
         # (reused or unreachable), and payloads it shared with a block it held (a prefix
@@ -631,15 +216,15 @@ class GrpcPool(PoolHandle):
         return "f16"
 
     def free_blocks(self) -> int:
-        if self._adapter.shared:
+        if self._transfer.shared:
             raise NotObservable(SHARED)
         if self._free_at_open is None:
             raise NotObservable(NO_INFO)
-        used = self._free_at_open - self._adapter.server_info().free_blocks
+        used = self._free_at_open - self._transfer.server_info().free_blocks
         return self.capacity - used - self._unsent
 
     def _room_for(self, n_blocks: int, what: str) -> None:
-        if self._adapter.shared:
+        if self._transfer.shared:
             # Other clients use the server: only this pool's own count can say it is full.
             if self.capacity - self._stored - self._unsent < n_blocks:
                 raise NotObservable(
@@ -649,7 +234,7 @@ class GrpcPool(PoolHandle):
             return
         if self._free_at_open is None:
             return  # a refusal for want of room then fails the case with its own status
-        server_free = self._adapter.server_info().free_blocks
+        server_free = self._transfer.server_info().free_blocks
         if server_free < n_blocks:
             raise NotObservable(
                 f"{what}: the server has {server_free} free blocks, this stores {n_blocks}: "
@@ -673,7 +258,7 @@ class GrpcPool(PoolHandle):
         self._room_for(1, "write")
         block = oracle.Block(block_hash, n_tokens, np.asarray(values, dtype=np.float32))
         payload = oracle.encode(self.geometry, [block], 1)
-        self._adapter.fits(payload, f"write(hash {block_hash:#x})")
+        check_fits(payload, f"write(hash {block_hash:#x})")
         ids = self._remember(self._stored_here([(block_hash, payload, 1)]))
         return ids[0]
 
@@ -689,7 +274,7 @@ class GrpcPool(PoolHandle):
         payload = oracle.encode(self.geometry, [block], 1)
         record = payload[oracle.HEADER_SIZE : -oracle.CRC_SIZE]
         reused = self._adapter._preloaded.get((block_hash, record))
-        if reused is not None and self._adapter.has_blocks([block_hash]) == [True]:
+        if reused is not None and self._transfer.has_blocks([block_hash]) == [True]:
             self._unsent += 1
             return self._remember([reused])[0]
         block_id = self.write(block_hash, n_tokens, values)
@@ -705,13 +290,13 @@ class GrpcPool(PoolHandle):
 
     def read(self, block: int) -> ReadBack:
         block_hash = self._adapter._reachable_hash(block, f"read({block})")
-        (chunk,) = self._adapter.pull([block_hash], 1)
+        (chunk,) = self._transfer.pull([block_hash], 1)
         envelope = self._decode_pulled(chunk.payload, 1, f"read({block})")
         (record,) = envelope.records
         return ReadBack(record.block_hash, record.n_tokens, record.decoded.values)
 
     def find(self, block_hash: int) -> int:
-        (held,) = self._adapter.has_blocks([block_hash])
+        (held,) = self._transfer.has_blocks([block_hash])
         if not held:
             self._seen_unheld.add(block_hash)
             raise Refused("NOT_FOUND", f"find({block_hash:#x})", "HasBlocks says it is not held")
@@ -758,13 +343,12 @@ class GrpcPool(PoolHandle):
                 "in it has no C counterpart over tl.kv.v1"
             )
         block_hash = self._adapter._reachable_hash(blocks[0], f"export v{version}")
-        (chunk,) = self._adapter.pull([block_hash], version)
+        (chunk,) = self._transfer.pull([block_hash], version)
         return chunk.payload
 
     def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
         data = bytes(data)
-        adapter = self._adapter
-        profile = oracle.ReaderProfile(self.geometry, adapter.read_versions)
+        profile = oracle.ReaderProfile(self.geometry, self._transfer.read_versions)
         violations = oracle.find_violations(data, profile)
         if violations:
             return self._push_as_is(data, oracle.Rejected(violations))
@@ -788,7 +372,7 @@ class GrpcPool(PoolHandle):
         for record in envelope.records:
             body = header + data[record.offset : record.offset + record_size]
             payload = oracle.seal(body)
-            adapter.fits(payload, "import")
+            check_fits(payload, "import")
             singles.append((record.block_hash, payload, envelope.version))
         return self._remember(self._stored_here(singles))
 
@@ -808,7 +392,7 @@ class GrpcPool(PoolHandle):
                 "'use your cached copy of block_hash'"
             )
         # Over 4 MiB the chunk limit answers first (XFER-CHUNK-SIZE), whatever rule it breaks.
-        self._adapter.fits(data, f"an envelope breaking {', '.join(sorted(rejected.rule_ids))}")
+        check_fits(data, f"an envelope breaking {', '.join(sorted(rejected.rule_ids))}")
         n_blocks = _header_field(data, "n_blocks")
         rules = ", ".join(sorted(rejected.rule_ids))
         several = n_blocks is not None and n_blocks != 1
@@ -824,10 +408,10 @@ class GrpcPool(PoolHandle):
             1 if version is None else version,  # a payload too short to say: the format all read
             _first_record_hash(data),
             data,
-            self._adapter.new_request_id(),
+            self._transfer.new_request_id(),
         )
         try:
-            counts = self._adapter.push([chunk])
+            counts = self._transfer.push([chunk])
         except Refused as refusal:
             if several:
                 raise Refused(

@@ -3,7 +3,7 @@
 The module runs in a worker process by default, as a C library does (harness/adapters/
 _worker.py), so a module that crashes the interpreter, calls os._exit or hangs fails one case;
 `--isolation=inprocess` imports it into the pytest process, for a debugger. The protocol itself
-(KvError codes, return types, copies) is `_pysession.Session`.
+(KvError codes, return types, copies) is `_pysession.ModuleSession`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ class PyModuleAdapter(SessionAdapter):
     def __init__(self, spec: ImplSpec, settings: AdapterSettings) -> None:
         try:
             # The worker imports with the suite's own sys.path (rootdir, PYTHONPATH, ...).
-            channel = open_channel(_pysession, (spec.target, list(sys.path)), settings, {})
+            channel = open_channel(
+                _pysession.ModuleSession, (spec.target, list(sys.path)), settings, {}
+            )
         except SuiteUsageError as exc:
             raise SuiteUsageError(f"--impl {spec.label}: {exc}") from None
         super().__init__(spec, channel, spec.geometry)

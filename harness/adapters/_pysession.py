@@ -1,5 +1,6 @@
-"""The Python-module protocol (docs/contract.md, "A Python module") behind the same Session
-interface as the C library's `_ffi.Session`: pools by integer id, values and envelopes as bytes.
+"""The Python-module protocol (docs/contract.md, "A Python module") behind the same session
+interface as the C library's `_ffi.LibrarySession`: pools by integer id, values and envelopes
+as bytes.
 
 It runs in a worker process (isolation "worker", the default), so a module that crashes,
 exits or hangs fails one case, and in the pytest process for debugging ("inprocess"). Either
@@ -51,7 +52,7 @@ def _mask(versions: Any, name: str) -> int:
         raise SuiteUsageError(f"{name}: {exc}") from None
 
 
-class Session:
+class ModuleSession:
     """One imported module and the pools created through it, each named by an integer id."""
 
     CALLS: Mapping[str, str] = {
@@ -187,7 +188,7 @@ class Session:
         return int(block_hash), int(n_tokens), array.astype("<f4").tobytes()
 
     def read_digest(self, pool_id: int, block: int) -> tuple[int, int, int]:
-        """A read that sends back only a CRC-32 of the values (as _ffi.Session does)."""
+        """A read that sends back only a CRC-32 of the values (as _ffi.LibrarySession does)."""
         block_hash, n_tokens, values = self.read(pool_id, block)
         return block_hash, n_tokens, zlib.crc32(values)
 

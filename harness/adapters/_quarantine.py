@@ -1,6 +1,6 @@
 """How long to wait for an operation of the implementation, and when to stop calling it: one
 record for every way in whose calls can hang or keep failing (a worker process running a C
-library or a Python module, `_worker.py`; a gRPC server, `_grpc.py`). docs/ctypes.md and
+library or a Python module, `_worker.py`; a gRPC server, `_grpc_client.py`). docs/ctypes.md and
 docs/grpc.md describe it to users.
 
 An operation (a C function, a Python method, an rpc) that hung twice in a row, or failed three
@@ -33,7 +33,7 @@ class CallLedger:
     """Per operation: its last consecutive faults, its slowest answered call, whether it has
     answered at all; from these, each call's wait and the operations not to call again.
 
-    `names` gives an operation's name in messages (the C function for a Session method)."""
+    `names` gives an operation's name in messages (the C function for a session method)."""
 
     def __init__(self, call_timeout: float, names: dict[str, str] | None = None) -> None:
         self.call_timeout = call_timeout

@@ -1,5 +1,6 @@
-"""Pools and adapters over a Session (`_ffi.Session` for a C library, `_pysession.Session` for a
-Python module), reached through a channel: a worker process (the default) or this process.
+"""Pools and adapters over a session (`_ffi.LibrarySession` for a C library,
+`_pysession.ModuleSession` for a Python module), reached through a channel: a worker process
+(the default) or this process.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ UNKNOWN_DTYPE = "unknown"
 
 
 class Channel(Protocol):
-    """How the adapter reaches a Session: in a worker process, or in this one."""
+    """How the adapter reaches a session: in a worker process, or in this one."""
 
     generation: int  # bumped each time a worker (and every pool in it) is lost
     loss: str  # how the last one was lost
@@ -37,7 +38,7 @@ class Channel(Protocol):
 
 
 class InProcessChannel:
-    """Calls the Session in the pytest process: no isolation, no timeout; for debuggers. Not a
+    """Calls the session in the pytest process: no isolation, no timeout; for debuggers. Not a
     gate: an implementation that exits the process ends the run (docs/report.md)."""
 
     generation = 0
@@ -60,19 +61,18 @@ class InProcessChannel:
 
 
 def open_channel(
-    session_module: Any, load_args: tuple[Any, ...], settings: Any, env: dict[str, str]
+    session_class: type, load_args: tuple[Any, ...], settings: Any, env: dict[str, str]
 ) -> Channel:
-    """A channel to a Session of `session_module` (isolated unless settings say inprocess)."""
+    """A channel to a `session_class` (isolated unless settings say inprocess)."""
     if settings.isolation not in ISOLATIONS:
         raise SuiteUsageError(
             f"isolation {settings.isolation!r}: expected {' or '.join(ISOLATIONS)}"
         )
     if settings.isolation == "inprocess":
-        return InProcessChannel(session_module.Session, load_args)
+        return InProcessChannel(session_class, load_args)
     return WorkerChannel(
-        Path(session_module.__file__),
+        session_class,
         load_args,
-        session_module.Session.CALLS,
         settings.call_timeout,
         env,
         settings.worker_memory if not env.get("LD_PRELOAD") else 0,
@@ -80,7 +80,7 @@ def open_channel(
 
 
 class SessionPool(PoolHandle):
-    """A pool living wherever the channel's Session does, named by its integer id there."""
+    """A pool living wherever the channel's session does, named by its integer id there."""
 
     def __init__(self, channel: Channel, geometry: Geometry, capacity: int) -> None:
         super().__init__(geometry, capacity)
@@ -166,7 +166,7 @@ def _versions(mask: int) -> frozenset[int]:
 
 
 class SessionAdapter(Adapter):
-    """An implementation reached through a Session; subclasses say how to connect."""
+    """An implementation reached through a session; subclasses say how to connect."""
 
     def __init__(self, spec: ImplSpec, channel: Channel, geometry: Geometry | None) -> None:
         super().__init__(spec.label)

@@ -1,6 +1,6 @@
 """Running an implementation in a worker process, so that a crash, an exit or a hang fails one
-case and the run goes on. Both C libraries (`_ffi.Session`) and Python modules
-(`_pysession.Session`) run this way.
+case and the run goes on. Both C libraries (`_ffi.LibrarySession`) and Python modules
+(`_pysession.ModuleSession`) run this way.
 
 Why a plain subprocess speaking pickles over two pipes, rather than multiprocessing:
 - the worker must start with its own environment (LD_PRELOAD of a sanitizer runtime,
@@ -16,12 +16,13 @@ Why a plain subprocess speaking pickles over two pipes, rather than multiprocess
 - `poll` on the reply pipe gives the per-call timeout, `waitpid` the signal that killed it.
 
 A message is a 4-byte little-endian length and a pickle. A request is (op, args); op names a
-Session method (or "load"). A reply is (kind, value).
+session method (or "load"). A reply is (kind, value).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import mmap
 import os
 import pickle
@@ -72,14 +73,6 @@ LOAD = "load"
 STARTUP_TIMEOUT = 30.0
 _EXIT_WAIT = 5.0  # seconds to wait for a worker that closed its pipe to be reaped
 _OUTPUT_LIMIT = 16_000  # characters of a crash's output quoted in a failure message
-# The worker is `python -c _BOOTSTRAP THIS_FILE ...`. Not `python THIS_FILE`: that puts this
-# directory first on sys.path, where _ctypes.py shadows the C module `import ctypes` needs. -c
-# puts the current directory ("") there instead, which is taken out.
-_BOOTSTRAP = (
-    "import runpy, sys\n"
-    "if sys.path[:1] == ['']: del sys.path[0]\n"
-    "runpy.run_path(sys.argv[1], run_name='__main__')"
-)
 
 
 # -- large buffers: shared memory -------------------------------------------------------------
@@ -176,8 +169,10 @@ class SharedBuffer:
 # -- the worker side ---------------------------------------------------------------------------
 
 
-def _serve(fd_in: int, fd_out: int, session_file: str, requests: int, replies: int) -> None:
-    Session = _load_file("tlkv_worker_session", Path(session_file)).Session
+def _serve(
+    fd_in: int, fd_out: int, session_file: str, session_name: str, requests: int, replies: int
+) -> None:
+    session_class = getattr(_load_file("tlkv_worker_session", Path(session_file)), session_name)
     session: Any = None
     inbox = SharedBuffer(requests) if requests >= 0 else None
     outbox = SharedBuffer(replies) if replies >= 0 else None
@@ -194,7 +189,7 @@ def _serve(fd_in: int, fd_out: int, session_file: str, requests: int, replies: i
             args = inbox.take(args, copy=False)
         try:
             if op == LOAD:
-                session = Session(*args)
+                session = session_class(*args)
                 reply: tuple[int, Any] = (OK, session.load())
             else:
                 reply = (OK, getattr(session, op)(*args))
@@ -205,7 +200,7 @@ def _serve(fd_in: int, fd_out: int, session_file: str, requests: int, replies: i
         except SuiteUsageError as exc:
             reply = (USAGE, str(exc))
         except SystemExit as exc:  # a Python module calling sys.exit() in a call
-            reply = (FAULT, f"raised SystemExit({exc.code!r}) in {Session.CALLS.get(op, op)}")
+            reply = (FAULT, f"raised SystemExit({exc.code!r}) in {session_class.CALLS.get(op, op)}")
         except Exception as exc:
             import traceback
 
@@ -239,7 +234,7 @@ def _worker_main(argv: list[str]) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     except (ImportError, ValueError, OSError):
         pass
-    _serve(fd_in, fd_out, argv[4], int(argv[5]), int(argv[6]))
+    _serve(fd_in, fd_out, argv[4], argv[5], int(argv[6]), int(argv[7]))
 
 
 # -- the parent side ---------------------------------------------------------------------------
@@ -322,7 +317,7 @@ def _pidfd(pid: int) -> int:
 
 
 class WorkerChannel:
-    """Calls into a Session living in a worker process; restarts the worker after it dies.
+    """Calls into a session living in a worker process; restarts the worker after it dies.
 
     `generation` counts workers lost: a pool created in an earlier generation is gone, and
     `loss` says how it went.
@@ -330,16 +325,17 @@ class WorkerChannel:
 
     def __init__(
         self,
-        session_file: Path,
+        session_class: type,
         load_args: Sequence[Any],
-        calls: Mapping[str, str],
         call_timeout: float,
         env: Mapping[str, str] | None = None,
         memory_limit: int = 0,
     ) -> None:
-        self.session_file = Path(session_file).resolve()
+        # The worker loads the session's module from its file alone, and takes the class by name.
+        self.session_file = Path(inspect.getfile(session_class)).resolve()
+        self.session_name = session_class.__name__
         self.load_args = tuple(load_args)
-        self.calls = dict(calls)
+        self.calls = dict(session_class.CALLS)
         self.call_timeout = call_timeout
         self.env = {**os.environ, **(env or {})}
         self.memory_limit = memory_limit
@@ -365,12 +361,13 @@ class WorkerChannel:
         # Its stdout and stderr, read back after a crash; gone when closed.
         self._log = tempfile.TemporaryFile(prefix="tlkv-worker-")  # noqa: SIM115
         script = Path(__file__).resolve()
-        command = [sys.executable, "-c", _BOOTSTRAP, str(script)]
+        command = [sys.executable, str(script)]
         command += [str(request_r), str(reply_w), str(os.getpid()), str(self.memory_limit)]
         self._outbox, self._inbox = SharedBuffer.create(), SharedBuffer.create()
         shared = [b.fd for b in (self._outbox, self._inbox) if b is not None]
         command += [
             str(self.session_file),
+            self.session_name,
             *(str(b.fd if b else -1) for b in (self._outbox, self._inbox)),
         ]
         try:
@@ -401,7 +398,7 @@ class WorkerChannel:
             raise ImplementationFault(f"timed out after {timeout:g} s while loading") from None
 
     def call(self, op: str, *args: Any) -> Any:
-        """Run `Session.<op>(*args)` in the worker (starting one if none is running)."""
+        """Run the session's `<op>(*args)` in the worker (starting one if none is running)."""
         where = self._ledger.where(op)
         timeout = self._ledger.timeout(op)  # Quarantined if op is not called any more
         if self._proc is None:
@@ -559,5 +556,5 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-if __name__ == "__main__":  # started by WorkerChannel through _BOOTSTRAP
-    _worker_main(sys.argv[2:])
+if __name__ == "__main__":  # started by WorkerChannel
+    _worker_main(sys.argv[1:])

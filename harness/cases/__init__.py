@@ -1,11 +1,19 @@
 """YAML conformance cases: the file format (case-schema.yaml, docs/cases.md), loading, kinds."""
 
 from ._loader import CaseFile, CaseFileError, build_generated_case, load_case_file
-from ._sources import CaseDataError, EnvelopeResolver, mutate, plan_blocks, tokens_of
+from ._sources import (
+    BlockPlan,
+    CaseDataError,
+    EnvelopeResolver,
+    mutate,
+    plan_blocks,
+    tokens_of,
+)
 from .kinds import KINDS, Case, CaseOrigin, RejectCase, check_imported
 
 __all__ = [
     "KINDS",
+    "BlockPlan",
     "Case",
     "CaseDataError",
     "CaseFile",

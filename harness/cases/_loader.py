@@ -13,7 +13,7 @@ import jsonschema
 import yaml
 
 from ..exprs import DEFAULT_GEOMETRY, BuildTarget, NotApplicable, resolve_geometry
-from ..requirements import level_of, unknown_ids
+from ..requirements import REQUIREMENTS_FILE, level_of, unknown_ids
 from ..yamlsource import LineDict, YamlSourceError, line_of, load_yaml
 from ._sources import CaseDataError, EnvelopeResolver
 from .kinds import KINDS, Case, CaseOrigin, FileContext, NotApplicableCase
@@ -189,7 +189,7 @@ def _build_case(raw: Mapping[str, Any], ctx: FileContext) -> list[Case]:
     unknown = unknown_ids(reqs)
     if unknown:
         raise CaseDataError(
-            f"unknown requirement ids {', '.join(unknown)} (see harness/requirements.yaml)"
+            f"unknown requirement ids {', '.join(unknown)} (see {REQUIREMENTS_FILE})"
         )
     common = {
         "id": raw["id"],

@@ -26,7 +26,7 @@ from ..golden import ManifestError, listed_entry, read_regular_file
 from ..values import make_values, pcg64_raw
 
 MAX_UNLISTED_BLOB = 64 << 20  # a blob no manifest describes: at most this many bytes
-# Realistic KV magnitudes (harness/values.py), so values bite at any geometry.
+# Realistic KV magnitudes (tlkv_conformance.values), so values bite at any geometry.
 DEFAULT_VALUES = {"kv": {"seed": 1}}
 
 

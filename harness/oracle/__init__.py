@@ -1,4 +1,5 @@
-"""The oracle: the suite's own codec for the block hash and the TLKV envelope.
+"""The oracle: the suite's own codec for the block hash and the TLKV envelope, and the
+tl.kv.v1 chunk limits.
 
 Every expected value the suite checks an implementation against comes from here, from the
 spec's worked examples, or from golden files. The oracle itself is pinned by the spec's vectors
@@ -54,9 +55,11 @@ from ._reader import (
     find_violations,
     header_geometry,
 )
+from ._transfer import CHUNK_RECEIVE_LIMIT, MAX_CHUNK_PAYLOAD
 from ._writer import Block, encode, encode_header, encode_record, seal
 
 __all__ = [
+    "CHUNK_RECEIVE_LIMIT",
     "CRC_SIZE",
     "E4M3_MAX",
     "E4M3_MAX_CODE",
@@ -67,6 +70,7 @@ __all__ = [
     "HEADER_SIZE",
     "KNOWN_VERSIONS",
     "MAGIC",
+    "MAX_CHUNK_PAYLOAD",
     "MIN_ENVELOPE_SIZE",
     "NO_HASH",
     "READER_RULES",

@@ -30,7 +30,7 @@ from .._sources import (
     plan_blocks,
 )
 
-ALL_READS = frozenset({1, 2})
+ALL_READS = oracle.KNOWN_VERSIONS  # a reader of every version the format has
 V1_ONLY = frozenset({1})
 MAX_DEFAULT_CAPACITY = 64
 PRELOAD_VALUES = {"kv": {"seed": 7}}
@@ -273,7 +273,7 @@ def check_imported(
     nan: str = "any",
 ) -> None:
     """The imported blocks: their ids, the free count, each block's values (NaNs compared as
-    `nan` says, harness.diff.NAN_POLICIES) and each hash registered."""
+    `nan` says, tlkv_conformance.diff.NAN_POLICIES) and each hash registered."""
     order = KnownMistake("import-ids", "import returns wrong block ids", ("IMPORT-ORDER",))
     if len(ids) != envelope.n_blocks:
         raise CaseFailure(

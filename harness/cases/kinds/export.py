@@ -48,7 +48,7 @@ class ExportCase(Case):
     # f32 pool's case) and the f16 pool holds it rounded.
     expected_f16: bytes
     v2_level: str | None
-    nan: str  # how NaNs compare (harness.diff.NAN_POLICIES)
+    nan: str  # how NaNs compare (tlkv_conformance.diff.NAN_POLICIES)
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:

@@ -40,7 +40,7 @@ class ImportCase(Case):
     version: int
     pool: PoolSetup
     reads: frozenset[int] | None
-    nan: str  # how NaNs compare (harness.diff.NAN_POLICIES)
+    nan: str  # how NaNs compare (tlkv_conformance.diff.NAN_POLICIES)
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:

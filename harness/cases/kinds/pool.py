@@ -52,7 +52,7 @@ class PoolCase(Case):
     capacity: int
     steps: tuple[tuple[str, Any], ...]
     writes: frozenset[int] | None  # only for implementations writing exactly these versions
-    nan: str  # how NaNs read back compare (harness.diff.NAN_POLICIES)
+    nan: str  # how NaNs read back compare (tlkv_conformance.diff.NAN_POLICIES)
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:

@@ -188,7 +188,11 @@ class RejectCase(Case):
             raise CaseDataError("the oracle accepts this envelope, so nothing can reject it")
 
     def item_markers(self) -> tuple[str, ...]:
-        return (*self.markers, f"v{self.version}") if self.version in (1, 2) else self.markers
+        return (
+            (*self.markers, f"v{self.version}")
+            if self.version in oracle.KNOWN_VERSIONS
+            else self.markers
+        )
 
     def _verdict_for(self, testee: Testee) -> Verdict | None:
         for reads, verdict in self.verdicts:

@@ -44,7 +44,7 @@ class RoundtripCase(Case):
     blocks: tuple[BlockPlan, ...]
     expected: bytes
     v2_level: str | None
-    nan: str  # how NaNs compare (harness.diff.NAN_POLICIES)
+    nan: str  # how NaNs compare (tlkv_conformance.diff.NAN_POLICIES)
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:

@@ -13,24 +13,20 @@ tokens and hashes are in every failure message). Only gRPC testees run these cas
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from ... import oracle
-from ...adapters import ReadBack
-from ...checks import WRONG_COUNT, CaseFailure, ValueSource, compare_readback
-from ...diagnosis import KnownMistake, PoolChangeEvidence, RefusalEvidence
+from ...adapters import Chunk
+from ...checks import CaseFailure
+from ...diagnosis import PoolChangeEvidence, RefusalEvidence
 from ...errors import NotObservable, Refused
 from ...testee import Testee
-from ...values import make_values
 from .._sources import CaseDataError, EnvelopeResolver, mutate
 from ._base import Case, FileContext
+from ._prefill import PrefillRun, Prompt, count_mistake, draw_prompt
 
-MAX_PAYLOAD = 4 * 1024 * 1024
 DEFAULT_VALUES = {"pcg64": {"seed": 11, "low": -4.0, "high": 4.0}}
 
 
@@ -75,56 +71,6 @@ class Tamper:
             kv_format=raw.get("kv_format"),
             block_hash_xor=raw.get("block_hash_xor", 0),
         )
-
-
-@dataclass(frozen=True)
-class _Prompt:
-    """One drawn prompt: its tokens, each block's hash (0 for the tail), envelope and block."""
-
-    geometry: oracle.Geometry
-    version: int
-    tokens: list[int]
-    hashes: list[int]
-    blocks: list[oracle.Block]
-    payloads: list[bytes] = field(repr=False)
-
-    @property
-    def full_hashes(self) -> list[int]:
-        return [h for h in self.hashes if h]
-
-    def describe(self) -> str:
-        shown = " ".join(str(t) for t in self.tokens[:12]) + (
-            " ..." if len(self.tokens) > 12 else ""
-        )
-        hashes = ", ".join(f"{h:#018x}" for h in self.hashes)
-        return (
-            f"prompt of {len(self.tokens)} tokens ({shown}), B = {self.geometry.block_tokens}, "
-            f"block hashes {hashes}"
-        )
-
-
-def _draw_prompt(
-    geometry: oracle.Geometry,
-    version: int,
-    full: int,
-    tail: int,
-    recipe: Mapping[str, Any],
-    salt: int,
-) -> _Prompt:
-    """The prompt's tokens come from `salt` (the case's, of the run's hash salt); a case built
-    unsalted (for no server) draws fresh ones."""
-    b = geometry.block_tokens
-    rng = np.random.default_rng(salt or secrets.randbits(128))
-    tokens = [int(t) for t in rng.integers(0, 1 << 32, size=full * b + tail, dtype=np.uint64)]
-    hashes = oracle.sequence_hashes(tokens, b)
-    blocks, payloads = [], []
-    for index, block_hash in enumerate(hashes):
-        n_tokens = b if block_hash else tail
-        values = make_values(recipe, geometry, salt=index)
-        block = oracle.Block(block_hash, n_tokens, values)
-        blocks.append(block)
-        payloads.append(oracle.encode(geometry, [block], version))
-    return _Prompt(geometry, version, tokens, hashes, blocks, payloads)
 
 
 def _listing(statuses: frozenset[str]) -> str:
@@ -214,13 +160,13 @@ class TransferCase(Case):
     # -- whether this testee can run it ---------------------------------------------------------
 
     def skip_reason(self, testee: Testee) -> str | None:
-        adapter = testee.adapter
-        if testee.adapter.status_domain != "grpc" or not hasattr(adapter, "push"):
+        transfer = testee.adapter.transfer
+        if transfer is None:
             return (
                 f"transfer cases play the prefill side of tl.kv.v1; {testee.label} is not a "
                 "gRPC endpoint (--impl grpc:HOST:PORT)"
             )
-        server = adapter.geometry
+        server = transfer.geometry
         if self.geometry is not None and self.geometry != server:
             return f"the server's pool is {_shape(server)}; this case needs {_shape(self.geometry)}"
         if self.tail >= server.block_tokens:
@@ -231,7 +177,7 @@ class TransferCase(Case):
         if self.statuses is None and self.version not in reads:
             return f"{testee.label} does not read v{self.version}"
         size = server.envelope_size(1, self.version)
-        if size > MAX_PAYLOAD and self.statuses is None:
+        if size > oracle.MAX_CHUNK_PAYLOAD and self.statuses is None:
             return (
                 f"a one-block v{self.version} envelope of the server's pool is {size} bytes, "
                 "more than 4 MiB"
@@ -241,16 +187,17 @@ class TransferCase(Case):
     # -- running it -----------------------------------------------------------------------------
 
     def run(self, testee: Testee) -> None:
-        adapter: Any = testee.adapter
-        geometry = self.geometry or adapter.geometry
-        if self.checks & {"content", "pull_order"} and not adapter.has_pull:
+        transfer = testee.adapter.transfer
+        assert transfer is not None  # skip_reason skips the testees without one
+        geometry = self.geometry or transfer.geometry
+        if self.checks & {"content", "pull_order"} and not transfer.has_pull:
             raise NotObservable("this case compares content; the server does not offer PullKv")
-        if "free_blocks" in self.checks and not adapter.has_info:
+        if "free_blocks" in self.checks and not transfer.has_info:
             raise NotObservable("this case counts free blocks; the server does not offer GetInfo")
-        prompt = _draw_prompt(
+        prompt = draw_prompt(
             geometry, self.version, self.full_blocks, self.tail, self.values, self.salt
         )
-        run = _Run(adapter, prompt)
+        run = PrefillRun(transfer, prompt)
         try:
             run.expect_held([False] * len(prompt.full_hashes), "before anything was sent")
             if self.held:
@@ -259,7 +206,7 @@ class TransferCase(Case):
         except CaseFailure as failure:
             raise failure.prefixed("", f"\n{prompt.describe()}") from None
 
-    def _transfer(self, run: _Run) -> None:
+    def _transfer(self, run: PrefillRun) -> None:
         prompt = run.prompt
         held = [i < self.held for i in range(len(prompt.full_hashes))]
         run.expect_held(held, "after the earlier prompt")
@@ -268,7 +215,7 @@ class TransferCase(Case):
         if self.tamper is not None:
             chunks = self._tampered(chunks, prompt)
         largest = max((len(c.payload) for c in chunks), default=0)
-        if largest > MAX_PAYLOAD and "RESOURCE_EXHAUSTED" not in (self.statuses or ()):
+        if largest > oracle.MAX_CHUNK_PAYLOAD and "RESOURCE_EXHAUSTED" not in (self.statuses or ()):
             # The 4 MiB chunk limit answers first: what this case checks cannot be observed.
             raise NotObservable(
                 f"a {largest}-byte payload at this geometry is over the 4 MiB chunk limit, "
@@ -278,13 +225,7 @@ class TransferCase(Case):
         if self.statuses is not None:
             self._expect_refusal(run, chunks, held, free_before)
             return
-        try:
-            counts = run.adapter.push(chunks)
-        except Refused as refusal:
-            raise CaseFailure(
-                f"the transfer was refused: {refusal}",
-                RefusalEvidence(frozenset(), frozenset(), refusal.code),
-            ) from None
+        counts = run.push_accepted(chunks, "the transfer")
         missing = sum(1 for h in held if not h)
         stored = missing + (1 if self.tail else 0)
         size = prompt.geometry.envelope_size(1, self.version)
@@ -296,7 +237,7 @@ class TransferCase(Case):
                 f"{got[2]}; expected {expected[0]}, {expected[1]}, {expected[2]} ({missing} "
                 f"missing full blocks + {1 if self.tail else 0} tail, {size}-byte envelopes, "
                 f"{self.held} held)",
-                _count_mistake(got, expected, size, self.tail > 0),
+                count_mistake(got, expected, size, self.tail > 0),
             )
         run.expect_held([True] * len(held), "after the transfer")
         run.expect_free(free_before, stored, "the transfer")
@@ -305,7 +246,7 @@ class TransferCase(Case):
         if "pull_order" in self.checks:
             run.expect_pull_order()
 
-    def _tampered(self, chunks: list[Any], prompt: _Prompt) -> list[Any]:
+    def _tampered(self, chunks: list[Chunk], prompt: Prompt) -> list[Chunk]:
         tamper = self.tamper
         assert tamper is not None
         assert tamper.chunk is not None
@@ -330,7 +271,7 @@ class TransferCase(Case):
         return chunks
 
     def _expect_refusal(
-        self, run: _Run, chunks: list[Any], held: list[bool], free_before: int | None
+        self, run: PrefillRun, chunks: list[Chunk], held: list[bool], free_before: int | None
     ) -> None:
         assert self.statuses is not None
         first = self.tamper.chunk if self.tamper is not None else self.held
@@ -339,7 +280,7 @@ class TransferCase(Case):
         if not rules and self.tamper is not None:  # a case about what a refusal leaves
             rules = self.tamper.rules()
         try:
-            counts = run.adapter.push(chunks)
+            counts = run.transfer.push(chunks)
         except Refused as refusal:
             if refusal.code not in self.statuses:
                 raise CaseFailure(
@@ -360,7 +301,7 @@ class TransferCase(Case):
         hashes = run.prompt.full_hashes
         claimed = chunks[first].block_hash
         extra = [claimed] if claimed and claimed not in hashes else []
-        got = run.adapter.has_blocks(hashes + extra)
+        got = run.transfer.has_blocks(hashes + extra)
         wrong = []
         for i, (block_hash, now) in enumerate(zip(hashes + extra, got, strict=True)):
             if i < len(held) and held[i]:
@@ -386,161 +327,11 @@ class TransferCase(Case):
         run.expect_free(free_before, stored_before, "the refused transfer", at_most=True)
 
 
-class _Run:
-    """One prompt's transfers against one server."""
-
-    def __init__(self, adapter: Any, prompt: _Prompt) -> None:
-        self.adapter = adapter
-        self.prompt = prompt
-
-    def prefill_chunks(self, held: Sequence[bool], upto: int | None = None) -> list[Any]:
-        from ...adapters._grpc import Chunk  # grpcio is imported only when a transfer runs
-
-        prompt = self.prompt
-        request_id = self.adapter.new_request_id()
-        chunks = []
-        count = len(prompt.hashes) if upto is None else upto
-        for index in range(count):
-            block_hash = prompt.hashes[index]
-            reuse = block_hash != 0 and index < len(held) and held[index]
-            payload = b"" if reuse else prompt.payloads[index]
-            chunks.append(Chunk.of_payload(index, prompt.version, block_hash, payload, request_id))
-        return chunks
-
-    def prime(self, n_blocks: int) -> None:
-        """Transfer the first n full blocks as an earlier prompt, so the server holds them."""
-        chunks = self.prefill_chunks([False] * n_blocks, upto=n_blocks)
-        try:
-            counts = self.adapter.push(chunks)
-        except Refused as refusal:
-            raise CaseFailure(
-                f"the earlier prompt of {n_blocks} blocks was refused: {refusal}",
-                RefusalEvidence(frozenset(), frozenset(), refusal.code),
-            ) from None
-        size = self.prompt.geometry.envelope_size(1, self.prompt.version)
-        got = (counts.blocks_stored, counts.blocks_reused, counts.payload_bytes)
-        expected = (n_blocks, 0, n_blocks * size)
-        if got != expected:
-            raise CaseFailure(
-                f"the earlier prompt of {n_blocks} new blocks: blocks_stored {got[0]}, "
-                f"blocks_reused {got[1]}, payload_bytes {got[2]}; expected {n_blocks}, 0, "
-                f"{n_blocks * size}",
-                _count_mistake(got, expected, size, False),
-            )
-
-    def expect_held(self, expected: list[bool], when: str) -> None:
-        got = self.adapter.has_blocks(self.prompt.full_hashes)
-        if got != expected:
-            never = not any(got) and any(expected)
-            raise CaseFailure(
-                f"HasBlocks {when} says held {got}, expected {expected}",
-                KnownMistake(
-                    "hasblocks-never-held" if never else "hasblocks-wrong",
-                    "HasBlocks never reports a block as held"
-                    if never
-                    else "HasBlocks answers wrongly which blocks are held",
-                    ("XFER-HASBLOCKS",),
-                ),
-            )
-
-    def expect_held_shuffled(self, expected: list[bool]) -> None:
-        """The answers follow the request's order, whatever it is."""
-        hashes = self.prompt.full_hashes
-        order = list(reversed(range(len(hashes))))
-        if len(order) > 2:
-            order = order[1:] + order[:1]
-        got = self.adapter.has_blocks([hashes[i] for i in order])
-        want = [expected[i] for i in order]
-        if got != want:
-            raise CaseFailure(
-                f"HasBlocks of the blocks in the order {order} says held {got}, expected {want}"
-            )
-
-    def free_blocks(self) -> int | None:
-        if not self.adapter.has_info or self.adapter.shared:
-            return None
-        return self.adapter.server_info().free_blocks
-
-    def expect_free(self, before: int | None, used: int, what: str, at_most: bool = False) -> None:
-        if before is None:
-            return  # no GetInfo: cases that need the count say so in `check`
-        after = self.adapter.server_info().free_blocks
-        if after == before - used or (at_most and before - used <= after <= before):
-            return
-        bound = f"between {before - used} and {before}" if at_most and used else f"{before - used}"
-        raise CaseFailure(
-            f"GetInfo says {after} free blocks after {what}, {before} before; expected {bound}",
-            KnownMistake(
-                "free-count",
-                "the free-block count moves by another number than the blocks stored",
-                ("XFER-INFO",),
-            ),
-        )
-
-    def expect_pull_order(self) -> None:
-        """PullKv of several hashes answers in the order asked (XFER-PULL-ORDER, SHOULD)."""
-        hashes = self.prompt.full_hashes
-        asked = hashes[1:] + hashes[:1] if len(hashes) > 1 else hashes
-        asked = list(reversed(asked))
-        sent = [chunk.block_hash for chunk in self.adapter.pulled(asked, 1)]
-        if sent != asked:
-            raise CaseFailure(
-                "PullKv of "
-                + ", ".join(f"{h:#018x}" for h in asked)
-                + " streamed them in the order "
-                + ", ".join(f"{h:#018x}" for h in sent),
-                KnownMistake(
-                    "pull-order",
-                    "PullKv streams blocks in another order than asked",
-                    ("XFER-PULL-ORDER",),
-                ),
-            )
-
-    def compare_content(self) -> None:
-        hashes = self.prompt.full_hashes
-        chunks = self.adapter.pull(hashes, 1)
-        profile = oracle.ReaderProfile(self.prompt.geometry, frozenset({1}))
-        for index, chunk in enumerate(chunks):
-            try:
-                envelope = oracle.decode(chunk.payload, profile)
-            except oracle.Rejected as exc:
-                raise CaseFailure(
-                    f"PullKv of block {index} sent an unreadable envelope: {exc}"
-                ) from None
-            if envelope.n_blocks != 1:
-                raise CaseFailure(f"PullKv of block {index} sent {envelope.n_blocks} blocks")
-            (record,) = envelope.records
-            sent = oracle.decode(self.prompt.payloads[index]).records[0]
-            expected = oracle.Block(sent.block_hash, sent.n_tokens, sent.decoded.values)
-            compare_readback(
-                expected,
-                ReadBack(record.block_hash, record.n_tokens, record.decoded.values),
-                "f16",
-                f"block {index} pulled back in v1",
-                block=f"block {index}",
-                source=ValueSource.of_record(self.prompt.payloads[index], sent),
-            )
-
-
 # What a refused transfer must leave behind, as opposed to the rule that refuses it.
 AFTERMATH = frozenset({"XFER-REJECTED", "XFER-ATOMIC", "READ-ATOMIC"})
 
 
-def _count_mistake(
-    got: tuple[int, int, int], expected: tuple[int, int, int], size: int, tail: bool
-) -> KnownMistake:
-    if got[:2] == expected[:2] and tail and got[2] == expected[2] - size:
-        return KnownMistake(
-            "xfer-tail-not-counted",
-            "the partial tail's payload not counted in payload_bytes",
-            ("XFER-BYTES",),
-            f"payload_bytes {got[2]} is one {size}-byte envelope short",
-        )
-    reqs = ("XFER-BYTES",) if got[:2] == expected[:2] else ("XFER-COUNTS",)
-    return KnownMistake(*WRONG_COUNT, reqs)
-
-
-def _what(chunk: Any, index: int) -> str:
+def _what(chunk: Chunk, index: int) -> str:
     return (
         f"chunk {index} (kv_format {chunk.kv_format}, block_hash {chunk.block_hash:#018x}, "
         f"{len(chunk.payload)}-byte payload, crc32c field {chunk.crc32c:#010x})"

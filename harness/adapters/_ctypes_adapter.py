@@ -1,6 +1,6 @@
 """The C shared library way in (`ctypes:PATH.so[,status-profile=FILE]`): CONTRACT section 1.
 
-The library runs in a worker process by default (harness/adapters/_worker.py), so a crash or a
+The library runs in a worker process by default (tlkv_conformance.adapters._worker), so a crash or a
 hang fails the case it happened in and the run goes on; `--isolation=inprocess` calls it in the
 pytest process instead, for a debugger. docs/ctypes.md is the user's guide.
 """
@@ -195,7 +195,7 @@ class CtypesAdapter(SessionAdapter):
     def __init__(self, spec: ImplSpec, settings: AdapterSettings) -> None:
         try:
             library, statuses, env = self._prepare(spec, settings)
-            channel = open_channel(_ffi, (str(library), statuses), settings, env)
+            channel = open_channel(_ffi.LibrarySession, (str(library), statuses), settings, env)
         except SuiteUsageError as exc:
             raise SuiteUsageError(f"--impl {spec.label}: {exc}") from None
         super().__init__(spec, channel, spec.geometry)

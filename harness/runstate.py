@@ -1,0 +1,65 @@
+"""A conformance run's state, kept on pytest's config and items: the stash keys, defined here
+once, and the accessors the plugin, the collected items and the corpus tests read it through
+(the plugin writes it; nothing imports the plugin)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from . import corpus, options
+from .fuzzing import ShrinkBudget
+from .known import KnownFailure, WrittenBy
+from .testee import Testee
+
+# The run's, on config.stash.
+ACTIVE = pytest.StashKey[bool]()
+TESTEES = pytest.StashKey[list[Testee]]()
+KNOWN = pytest.StashKey[list[KnownFailure]]()
+KNOWN_WRITTEN_BY = pytest.StashKey[list[WrittenBy]]()
+SETTINGS = pytest.StashKey[options.RunSettings]()
+STARTED = pytest.StashKey[float]()
+SHRINKING = pytest.StashKey[ShrinkBudget]()
+PROFILE = pytest.StashKey[str]()
+# Each test's, on item.stash: the requirement ids it checks and their level.
+REQS = pytest.StashKey[tuple[tuple[str, ...], str]]()
+
+
+def is_active(config: pytest.Config) -> bool:
+    """Whether this run is a conformance run: --impl was given, or the ini file names
+    implementations (tlkv_impl). Otherwise the plugin stays out of the way."""
+    return config.stash.get(ACTIVE, False)
+
+
+def settings_of(config: pytest.Config) -> options.RunSettings:
+    return config.stash[SETTINGS]
+
+
+def testees_of(config: pytest.Config) -> list[Testee]:
+    return config.stash.get(TESTEES, [])
+
+
+def parity_roots(config: pytest.Config) -> list[Path]:
+    """The golden-vector roots: the bundled parity/ and every one a user added
+    (--parity-root, ini tlkv_parity_root)."""
+    roots = [corpus.parity_dir()]
+    added = (Path(p).resolve() for p in options.value(config, options.PARITY_ROOT))
+    return roots + [r for r in added if r not in roots]
+
+
+__all__ = [
+    "ACTIVE",
+    "KNOWN",
+    "KNOWN_WRITTEN_BY",
+    "PROFILE",
+    "REQS",
+    "SETTINGS",
+    "SHRINKING",
+    "STARTED",
+    "TESTEES",
+    "is_active",
+    "parity_roots",
+    "settings_of",
+    "testees_of",
+]
