@@ -3,8 +3,8 @@
 Exit status 0 means the run completed and every MUST held, nothing less. So the gate:
 - exits EXIT_NOT_SHOWN (6) from a run without failures that did not show every MUST requirement
   that applies (report.Conformance.not_shown): nothing refuted is not conformant;
-- counts SHOULD-level failures as warnings (the plugin reports them as passed, with the
-  failure attached, so they neither fail the run nor stop `-x`/`--maxfail`);
+- counts SHOULD-level failures as warnings (TestOutcome.warning: the plugin reports them as
+  passed, with the failure attached, so they neither fail the run nor stop `-x`/`--maxfail`);
 - marks a run that did not finish (SIGINT, SIGTERM, a deadline, `-x`, tests that never ran)
   incomplete: its report says so, no implementation shows PASS, its exit status is not 0;
 - writes the report atomically, with a run id, under a lock that keeps concurrent runs from
@@ -30,10 +30,17 @@ from typing import Any
 
 import pytest
 
-from .diagnosis import Cause
 from .exit_status import COMPLETION_ENV, EXIT_INTERNAL, EXIT_NOT_SHOWN
-from .known import FailedTest, KnownFailure, WrittenBy, known_failures_text, stale_entries
-from .report import Conformance, Impl, Phase, ResultLog, RunInfo, report_paths
+from .known import (
+    FailedTest,
+    KnownFailure,
+    WrittenBy,
+    failed_test,
+    known_failures_text,
+    stale_entries,
+)
+from .outcome import REPORT_ATTRIBUTE, TestIdentity, TestOutcome
+from .report import Conformance, Impl, ResultLog, RunInfo, report_paths
 from .report_files import write_reports
 from .report_text import closing_lines, terminal_lines
 
@@ -100,21 +107,14 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def phase_of(report: pytest.TestReport) -> Phase:
-    return Phase(
-        nodeid=report.nodeid,
-        when=report.when or "",
-        outcome=report.outcome,
-        properties=tuple((str(k), str(v)) for k, v in report.user_properties),
-        wasxfail=hasattr(report, "wasxfail"),
-        xfail_marked="xfail" in report.keywords,
-        detail=getattr(report, "tlkv_detail", "") or "",
-        warning=bool(getattr(report, "tlkv_warning", False)),
-        blamed=tuple(getattr(report, "tlkv_blamed", ()) or ()),
-        causes=tuple(Cause.from_json(c) for c in getattr(report, "tlkv_causes", ()) or ()),
-        symptom=getattr(report, "tlkv_symptom", "") or "",
-        not_applicable=bool(getattr(report, "tlkv_not_applicable", False)),
-        view=getattr(report, "tlkv_view", None),
+def outcome_of(report: pytest.TestReport) -> TestOutcome:
+    """The plugin's judgement of a reported phase (outcome.py); for a report the plugin did not
+    make (a crashed xdist worker's), what pytest says of it."""
+    judged = getattr(report, REPORT_ATTRIBUTE, None)
+    if isinstance(judged, TestOutcome):
+        return judged
+    return TestOutcome(
+        TestIdentity(report.nodeid, report.nodeid), report.when or "", report.outcome
     )
 
 
@@ -173,16 +173,17 @@ class Gate:
     # -- what the run reports ----------------------------------------------------------------
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.log.add(phase_of(report))
-        if getattr(report, "tlkv_warning", False):
+        outcome = outcome_of(report)
+        self.log.add(outcome)
+        if outcome.warning:
             self.warnings.append(report)
-        for source, outcome, test in getattr(report, "tlkv_known", ()):
+        for source, decision, test in outcome.known:
             entry = self._known_by_source.get(source)
             if entry:
-                self.known_outcomes.setdefault(entry, []).append((outcome, test))
-        failure = getattr(report, "tlkv_failure", None)
+                self.known_outcomes.setdefault(entry, []).append((decision, test))
+        failure = failed_test(outcome)
         if failure is not None:
-            self.failed_tests.append(FailedTest.from_json(failure))
+            self.failed_tests.append(failure)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -192,7 +193,8 @@ class Gate:
     def pytest_report_teststatus(
         self, report: pytest.TestReport
     ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
-        if getattr(report, "when", None) == "call" and getattr(report, "tlkv_warning", False):
+        judged = getattr(report, REPORT_ATTRIBUTE, None)
+        if isinstance(judged, TestOutcome) and judged.warning:
             return WARNING_CATEGORY, "W", ("WARNING (SHOULD)", {"yellow": True})
         return None
 
@@ -324,4 +326,4 @@ def _write_completion(run_id: str, status: int, complete: bool) -> None:
         Path(path).write_text(json.dumps(data), encoding="utf-8")
 
 
-__all__ = ["Gate", "ReportPathError", "phase_of", "report_paths"]
+__all__ = ["Gate", "ReportPathError", "outcome_of", "report_paths"]

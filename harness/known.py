@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from .errors import SuiteUsageError
+from .outcome import TestIdentity, TestOutcome
 from .report import test_key
 from .requirements import requirements
 from .yamlsource import YamlSourceError, load_yaml
@@ -32,6 +33,7 @@ ENTRY_KEYS = {"case", "requirement", "reason", "strict", "impl", "tests"}
 # A written file: what wrote it, then its entries (a hand-written file may be the list alone).
 FILE_KEYS = {"written_by", "entries"}
 TODO_REASON = "TODO: the engine bug behind this, and its ticket"
+JUDGED_PHASES = ("setup", "call")  # the phases the list judges: a failed teardown is never covered
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,18 @@ class FailedTest:
     label: str
     blamed: tuple[str, ...]
 
-    def as_json(self) -> list[Any]:
-        return [list(self.ids), self.key, self.label, list(self.blamed)]
-
     @classmethod
-    def from_json(cls, data: Sequence[Any]) -> FailedTest:
-        ids, key, label, blamed = data
-        return cls(tuple(map(str, ids)), str(key), str(label), tuple(map(str, blamed)))
+    def of(cls, test: TestIdentity, blamed: tuple[str, ...]) -> FailedTest:
+        ids, key = known_ids(test.nodeid, test.key, test.impl)
+        return cls(ids, key, test.impl, blamed)
+
+
+def failed_test(outcome: TestOutcome) -> FailedTest | None:
+    """What --write-known-failures lists of a phase: a failed setup or call (the phases the
+    list judges, JUDGED_PHASES), covered or not, blamed as it was when it failed."""
+    if not outcome.failed or outcome.when not in JUDGED_PHASES:
+        return None
+    return FailedTest.of(outcome.test, outcome.blamed)
 
 
 def known_ids(nodeid: str, corpus_id: str, label: str) -> tuple[tuple[str, ...], str]:

@@ -2,8 +2,9 @@
 point (`tlkv`) and inert unless a run asks for conformance (--impl, or the ini key tlkv_impl).
 
 It opens the implementations under test, collects the corpus (the bundled one, wherever pytest
-was started, plus the user's case folders), turns SHOULD-level failures into warnings, decides
-which failures are known failures, fixes the fuzzing seed, and hands every report to the gate
+was started, plus the user's case folders), judges each test's phases once (a TestOutcome,
+tlkv_conformance.outcome: its diagnosis, the known-failures list's decisions, the SHOULD
+level), fixes the fuzzing seed, and hands every report, its outcome on it, to the gate
 (tlkv_conformance.gate).
 Options live in tlkv_conformance.options.
 """
@@ -23,7 +24,7 @@ import pytest
 from . import corpus, options, profiles
 from .adapters import AdapterSettings, open_adapter, parse_impl
 from .checks import CaseFailure, is_not_applicable, not_applicable
-from .diagnosis import attribute
+from .diagnosis import Attribution, attribute
 from .errors import ImplementationFault, Refused, SuiteUsageError
 from .exit_status import EXIT_INTERNAL
 from .failure_view import failure_view
@@ -39,27 +40,28 @@ from .items import CaseFileCollector, CaseItem, display_path
 from .known import (
     CITED_PASSED,
     COVERED,
+    JUDGED_PHASES,
     STALE,
     FailedTest,
     covering_entries,
-    known_ids,
     listing_entries,
     load_known_failures,
     stale_test_entries,
     unlisted_requirement_entries,
 )
 from .oracle import MAX_CHUNK_PAYLOAD
-from .report import KEY_PROPERTY, Impl, headline, is_should_failure, report_paths, warning_note
+from .outcome import REPORT_ATTRIBUTE, TestIdentity, TestOutcome
+from .report import Impl, headline, report_paths, warning_note
 from .requirements import REQUIREMENTS_FILE, level_of, unknown_ids
 from .runstate import (
     ACTIVE,
     KNOWN,
     KNOWN_WRITTEN_BY,
     PROFILE,
-    REQS,
     SETTINGS,
     SHRINKING,
     STARTED,
+    TESTED,
     TESTEES,
     is_active,
     settings_of,
@@ -69,6 +71,7 @@ from .testee import Testee
 
 CASE_DIR_NAME = "cases"
 GATE_PLUGIN = "tlkv-gate"
+KEY_PROPERTY = "tlkv_id"  # the JUnit property holding a test's corpus id
 SHOULD_FAILURE_PROPERTY = "should_failure"
 CORPUS_FOLDERS = (corpus.CASES, corpus.CONFORMANCE)
 
@@ -331,20 +334,31 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
+    """What the test is (TestIdentity), in the item's stash for its outcomes, and as JUnit
+    properties."""
     if not is_active(item.config):
         return
-    item.user_properties.extend(_roles(item))
-    item.user_properties.append((KEY_PROPERTY, corpus_id(item)))
+    roles, key = tuple(_roles(item)), corpus_id(item)
+    reqs, level = _requirements(item)
+    item.stash[TESTED] = TestIdentity(item.nodeid, key, roles, reqs, level)
+    item.user_properties.extend(roles)
+    item.user_properties.append((KEY_PROPERTY, key))
+    if level:
+        item.user_properties.extend(("requirement", r) for r in reqs)
+        item.user_properties.append(("level", level))
+
+
+def _requirements(item: pytest.Item) -> tuple[tuple[str, ...], str]:
+    """The requirement ids a test cites and its level; none ((), "") without a reqs marker."""
     if isinstance(item, CaseItem):
-        _record_requirements(item, item.case.reqs, item.case.level)
-        return
+        return item.case.reqs, item.case.level
     marker = item.get_closest_marker("reqs")
     if marker is None:
-        return
+        return (), ""
     unknown = unknown_ids(marker.args)
     if unknown:
         raise pytest.UsageError(f"{item.nodeid}: unknown requirement ids {', '.join(unknown)}")
-    _record_requirements(item, marker.args, level_of(marker.args))
+    return tuple(marker.args), level_of(marker.args)
 
 
 def _testee_params(item: pytest.Item) -> dict[str, Testee]:
@@ -364,19 +378,6 @@ def _roles(item: pytest.Item) -> list[tuple[str, str]]:
         for name, testee in _testee_params(item).items()
         if name in roles
     ]
-
-
-def _item_label(item: pytest.Item) -> str:
-    if isinstance(item, CaseItem):
-        return item.testee.label
-    testee = _testee_params(item).get("testee")
-    return testee.label if testee else ""
-
-
-def _record_requirements(item: pytest.Item, reqs: tuple[str, ...], level: str) -> None:
-    item.stash[REQS] = (reqs, level)
-    item.user_properties.extend(("requirement", r) for r in reqs)
-    item.user_properties.append(("level", level))
 
 
 def _req_ids(config: pytest.Config, option: options.Option) -> set[str]:
@@ -414,7 +415,7 @@ def _select_by_requirement(config: pytest.Config, items: list[pytest.Item]) -> N
         return
     keep, drop = [], []
     for item in items:
-        cited = set(item.stash[REQS][0]) if REQS in item.stash else set()
+        cited = set(item.stash[TESTED].reqs)
         chosen = (not wanted or cited & wanted) and not cited & unwanted
         (keep if chosen else drop).append(item)
     if drop:
@@ -531,9 +532,39 @@ def fuzz_case(request: pytest.FixtureRequest) -> FuzzRecorder:
 # tryfirst: the outermost wrapper, so that what it changes comes after hypothesis's section.
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Each phase judged once: its TestOutcome (tlkv_conformance.outcome), carried on the
+    report in one attribute, and the report told what it decided."""
     report = yield
     if not is_active(item.config):
         return report
+    _tidy(item, report)
+    outcome = _judge(item, report, call)
+    _tell(item, report, call, outcome)
+    setattr(report, REPORT_ATTRIBUTE, outcome)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(report: Any) -> Any:
+    """A report leaving an xdist worker: its outcome as JSON."""
+    data = yield
+    if isinstance(data, dict) and isinstance(data.get(REPORT_ATTRIBUTE), TestOutcome):
+        data[REPORT_ATTRIBUTE] = data[REPORT_ATTRIBUTE].as_json()
+    return data
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_from_serializable(data: Any) -> Any:
+    """A report from an xdist worker: its outcome as the worker judged it."""
+    report = yield
+    judged = getattr(report, REPORT_ATTRIBUTE, None)
+    if isinstance(judged, dict):
+        setattr(report, REPORT_ATTRIBUTE, TestOutcome.from_json(judged))
+    return report
+
+
+def _tidy(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Hypothesis's words on shrinking as the run's budget has it; a skip at the test's file."""
     recorder = getattr(item, "funcargs", {}).get("fuzz_case")
     cut_short = isinstance(recorder, FuzzRecorder) and recorder.cut_short
     report.sections = profiles.bounded_shrink_note(
@@ -543,87 +574,112 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # pytest's summary folds the file's skips of one reason into one line.
     if report.skipped and not hasattr(report, "wasxfail") and isinstance(report.longrepr, tuple):
         report.longrepr = (str(item.path), None, report.longrepr[2])
-    if report.failed and call.when == "call":
-        _diagnose(item, report, call)
-    if report.failed and call.when == "call" and isinstance(recorder, FuzzRecorder):
-        failure = str(call.excinfo.value) if call.excinfo else ""
-        _report_regression(item, report, recorder, failure)
-    if call.when in ("setup", "call"):
-        _apply_known_failures(item, report, call)
-    if report.failed or report.skipped:
-        # The message alone, for the conformance report; an attribute, so that it travels
-        # with the report from an xdist worker.
-        report.tlkv_detail = _detail(report, call)
-    if report.skipped and call.excinfo is not None:
-        report.tlkv_not_applicable = is_not_applicable(call.excinfo.value)
-    if report.failed and call.when == "call":
-        _note_should_failure(item, report)
-    return report
+
+
+def _judge(
+    item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]
+) -> TestOutcome:
+    """The phase's outcome, made once: what the test is, what it showed, the blame and
+    probable causes of a failed call (tlkv_conformance.diagnosis), and the known-failures
+    list's decisions on it."""
+    test = item.stash[TESTED]
+    failed_call = report.failed and call.when == "call"
+    failure = call.excinfo.value if call.excinfo is not None else None
+    attribution = Attribution()
+    if failed_call:
+        attribution = attribute(getattr(failure, "evidence", None), test.reqs)
+    known = _apply_known_failures(item, report, call, test, attribution.blamed)
+    return TestOutcome(
+        test=test,
+        when=call.when,
+        outcome=report.outcome,
+        wasxfail=hasattr(report, "wasxfail"),
+        xfail_marked=item.get_closest_marker("xfail") is not None,
+        strict=settings_of(item.config).strict,
+        # the message alone, for the conformance report
+        detail=_detail(report, call) if report.failed or report.skipped else "",
+        blamed=attribution.blamed,
+        causes=attribution.causes,
+        symptom=attribution.symptom,
+        not_applicable=report.skipped and failure is not None and is_not_applicable(failure),
+        view=_failure_view(item, failure) if failed_call else None,
+        known=known,
+    )
+
+
+def _tell(
+    item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None], outcome: TestOutcome
+) -> None:
+    """What the outcome says, where a user sees it: at the top of a failed call, its one-line
+    difference and probable cause (no harness traceback for a CaseFailure), the regression
+    case of a drawn example, the SHOULD-level note; JUnit properties; the outcome pytest counts
+    (a covered known failure is expected, a SHOULD-level warning passes)."""
+    if outcome.failed and outcome.when == "call":
+        _show_diagnosis(item, report, call, outcome)
+        recorder = getattr(item, "funcargs", {}).get("fuzz_case")
+        if isinstance(recorder, FuzzRecorder):
+            failure = str(call.excinfo.value) if call.excinfo else ""
+            _report_regression(item, report, recorder, failure, outcome.blamed)
+    if outcome.should_failure:
+        _note_should_failure(item, report, outcome)
+    report.outcome = outcome.reported  # type: ignore[assignment]
 
 
 def _apply_known_failures(
-    item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]
-) -> None:
+    item: pytest.Item,
+    report: pytest.TestReport,
+    call: pytest.CallInfo[None],
+    test: TestIdentity,
+    blamed: tuple[str, ...],
+) -> tuple[tuple[str, str, str], ...]:
     """The known-failures list, after the fact (as the SHOULD level): a failure it covers
-    (tlkv_conformance.known, coverage: on the requirements it is blamed on) becomes an expected
+    (tlkv_conformance.known, coverage: on the requirements it is blamed on) is an expected
     failure; a passing test an entry lists is an XPASS, and a strict entry is then stale (the
-    gate fails the run at its end, naming it). Every
-    failure is recorded on its report as the writer sees it (--write-known-failures), so that
-    the list written covers what this decision covers. Attributes, so that they travel from
-    an xdist worker."""
+    gate fails the run at its end, naming it). Its decisions, (entry, decision, test key) for
+    the gate; the reason on the report (wasxfail)."""
     known = item.config.stash.get(KNOWN, [])
-    label = _item_label(item)
-    ids, key = known_ids(item.nodeid, corpus_id(item), label)
+    if call.when not in JUDGED_PHASES:
+        return ()
+    failure = FailedTest.of(test, blamed)
     if report.failed:
-        blamed = tuple(getattr(report, "tlkv_blamed", ())) if call.when == "call" else ()
-        failure = FailedTest(ids, key, label, blamed)
-        report.tlkv_failure = failure.as_json()
         covering = covering_entries(known, failure)
         if covering:
-            report.outcome = "skipped"
             report.wasxfail = "known failure: " + "; ".join(
                 f"{e.reason} ({e.shown()})" for e in covering
             )
-            report.tlkv_known = [[e.source, COVERED, key] for e in covering]
-        return
+        return tuple((e.source, COVERED, failure.key) for e in covering)
     if call.when != "call" or not report.passed or not known:
-        return
-    listing = listing_entries(known, ids, label)
-    cited = item.stash[REQS][0] if REQS in item.stash else ()
-    unlisted = unlisted_requirement_entries(known, cited, label)
-    outcomes = [[e.source, CITED_PASSED, key] for e in unlisted]
-    outcomes += [[e.source, STALE, key] for e in listing if e.strict]
-    if outcomes:
-        report.tlkv_known = outcomes
+        return ()
+    listing = listing_entries(known, failure.ids, test.impl)
+    unlisted = unlisted_requirement_entries(known, test.reqs, test.impl)
+    decisions = [(e.source, CITED_PASSED, failure.key) for e in unlisted]
+    decisions += [(e.source, STALE, failure.key) for e in listing if e.strict]
     if listing:
         # XPASS: the run fails at its end, naming the stale entries (tlkv_conformance.gate); the
         # test itself passed, so its requirements do not fail in the report.
         report.wasxfail = "; ".join(
             f"{'stale' if e.strict else 'known'} failure {e.shown()}: {e.reason}" for e in listing
         )
+    return tuple(decisions)
 
 
-def _diagnose(item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]) -> None:
-    """Blame and probable cause of a failed call (tlkv_conformance.diagnosis): on the report
-    (attributes that travel from an xdist worker, and JUnit properties), and at the top of
-    the failure, which for a CaseFailure starts with its one-line difference and shows no
-    harness traceback."""
-    failure = call.excinfo.value if call.excinfo is not None else None
-    cited = item.stash[REQS][0] if REQS in item.stash else ()
-    attribution = attribute(getattr(failure, "evidence", None), cited)
-    report.tlkv_blamed = list(attribution.blamed)
-    report.tlkv_causes = [cause.as_json() for cause in attribution.causes]
-    report.tlkv_symptom = attribution.symptom
-    report.tlkv_view = _failure_view(item, failure)
+def _show_diagnosis(
+    item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None], outcome: TestOutcome
+) -> None:
+    """A failed call's blame and probable cause as JUnit properties, and at the top of the
+    failure, which for a CaseFailure starts with its one-line difference and shows no harness
+    traceback."""
     # JUnit takes the properties of the teardown report, which copies the item's.
-    properties = [("blamed", ",".join(attribution.blamed))]
-    if attribution.cause is not None:
-        properties.append(("diagnosis", attribution.cause.id))
+    properties = [("blamed", ",".join(outcome.blamed))]
+    if outcome.causes:
+        properties.append(("diagnosis", outcome.causes[0].id))
     item.user_properties.extend(properties)
     report.user_properties.extend(properties)
+    failure = call.excinfo.value if call.excinfo is not None else None
     if not isinstance(failure, CaseFailure):
         return
     message = str(failure)
+    attribution = Attribution(outcome.causes, outcome.blamed, outcome.symptom)
     top = "\n".join(filter(None, [headline(message), attribution.headline()]))
     if isinstance(report.longrepr, str):
         report.longrepr = f"{top}\n\n{report.longrepr}"
@@ -656,33 +712,31 @@ def _detail(report: pytest.TestReport, call: pytest.CallInfo[None]) -> str:
     return "\n".join(parts)
 
 
-def _note_should_failure(item: pytest.Item, report: pytest.TestReport) -> None:
-    """A SHOULD requirement failing: said in the failure itself and in a JUnit property, and,
-    unless --strict, reported as a warning that neither fails the run nor stops -x."""
-    reqs, level = item.stash.get(REQS, ((), ""))
-    if not is_should_failure(level, "call", item.get_closest_marker("xfail") is not None):
-        return
-    strict = settings_of(item.config).strict
-    note = warning_note(reqs, strict)
+def _note_should_failure(
+    item: pytest.Item, report: pytest.TestReport, outcome: TestOutcome
+) -> None:
+    """A SHOULD requirement failing: said in the failure itself and in a JUnit property
+    (unless --strict, the outcome makes it a warning: TestOutcome.warning)."""
+    note = warning_note(outcome.test.reqs, outcome.strict)
     if isinstance(report.longrepr, str):
         report.longrepr = f"{report.longrepr}\n\n{note}"
     elif hasattr(report.longrepr, "addsection"):
         report.longrepr.addsection("SHOULD-level failure", note)
     # JUnit takes a test's properties from its teardown report, made after this one.
     item.user_properties.append((SHOULD_FAILURE_PROPERTY, note))
-    if not strict:
-        report.outcome = "passed"
-        report.tlkv_warning = True
 
 
 def _report_regression(
-    item: pytest.Item, report: pytest.TestReport, recorder: FuzzRecorder, failure: str
+    item: pytest.Item,
+    report: pytest.TestReport,
+    recorder: FuzzRecorder,
+    failure: str,
+    blamed: tuple[str, ...],
 ) -> None:
     if recorder.last is None:
         return
     testee = item.funcargs.get("testee")  # type: ignore[attr-defined]
     label = testee.label if isinstance(testee, Testee) else "?"
-    blamed = getattr(report, "tlkv_blamed", ())
     case = regression_case(recorder.last, item.nodeid, label, failure, blamed)
     text = case_file_text(case)
     if options.value(item.config, options.WRITE_REGRESSIONS):

@@ -26,20 +26,16 @@ from .diagnosis import (
 from .requirements import Requirement, requirements
 from .result_log import (
     FAILED_LIKE,
-    KEY_PROPERTY,
     OUTCOMES,
     PASSED_LIKE,
-    Phase,
     ResultLog,
     TestResult,
     headline,
-    is_should_failure,
     warning_note,
 )
 
 __all__ = [
     "FAILED_LIKE",
-    "KEY_PROPERTY",
     "NOTHING_SHOWN",
     "OUTCOMES",
     "PASSED_LIKE",
@@ -48,13 +44,11 @@ __all__ = [
     "Conformance",
     "Impl",
     "ImplSummary",
-    "Phase",
     "ResultLog",
     "RunInfo",
     "SameImplementation",
     "TestResult",
     "headline",
-    "is_should_failure",
     "report_paths",
     "shown_verdict",
     "test_key",

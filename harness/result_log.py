@@ -1,33 +1,27 @@
-"""What the plugin records of a run: every phase of every test as plain values (`Phase`), merged
-into one result per test (`TestResult`) by a `ResultLog`, so the same code serves a run in one
-process and a run spread over xdist workers (whose reports reach the controller serialised).
+"""What the plugin records of a run: every phase of every test as the plugin judged it (a
+`TestOutcome`, outcome.py), merged into one result per test (`TestResult`) by a `ResultLog`, so
+the same code serves a run in one process and a run spread over xdist workers (whose reports
+reach the controller serialised).
 The conformance report (report.py) is built from it at the end of the run (docs/report.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .diagnosis import Cause
+from .outcome import TestOutcome
 
 # A test's outcome, from its phases; pytest's words, plus "error" for a failed setup/teardown.
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
-ROLES = ("impl", "producer", "consumer")  # which --impl a test ran against, and as what
 MAX_MESSAGE_LINES = 60
 PASSED_LIKE = frozenset({"passed", "xpassed"})
 FAILED_LIKE = frozenset({"failed", "error"})
 
 
-# -- the SHOULD / MUST gate -------------------------------------------------------------------
-
-
-def is_should_failure(level: str | None, when: str, xfail_marked: bool) -> bool:
-    """Whether a failed phase is a SHOULD requirement failing: the test's own check (its call)
-    failed at SHOULD, and the test is not a listed known failure (whose surprise pass is the
-    list's failure, not the requirement's)."""
-    return when == "call" and level == "SHOULD" and not xfail_marked
+# -- the SHOULD level's words -------------------------------------------------------------
 
 
 def warning_note(reqs: Sequence[str], strict: bool) -> str:
@@ -42,28 +36,6 @@ def warning_note(reqs: Sequence[str], strict: bool) -> str:
 
 
 # -- what the plugin records --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One phase (setup, call, teardown) of one test, as plain values."""
-
-    nodeid: str
-    when: str
-    outcome: str  # pytest's: passed, failed, skipped
-    properties: tuple[tuple[str, str], ...]  # the test's user properties
-    wasxfail: bool = False  # an expected failure that failed (skipped) or passed (xpassed)
-    xfail_marked: bool = False  # the test carries an xfail marker (a known failure)
-    detail: str = ""  # the failure message or the skip reason
-    # A SHOULD-level failure the plugin reported as a warning (pytest counts it as passed, so
-    # that it neither stops -x nor fails the run).
-    warning: bool = False
-    blamed: tuple[str, ...] = ()  # a failure's requirements whose own bytes or fields differ
-    causes: tuple[Cause, ...] = ()  # its probable causes (tlkv_conformance.diagnosis)
-    symptom: str = ""  # what it shows when its evidence cannot say why (a valid envelope refused)
-    # a skip saying the test means nothing for this implementation (checks.not_applicable)
-    not_applicable: bool = False
-    view: dict[str, Any] | None = None  # what the HTML report shows of it (failure_view)
 
 
 @dataclass
@@ -92,27 +64,6 @@ class TestResult:
         return self.outcome in FAILED_LIKE and not self.gating
 
 
-KEY_PROPERTY = "tlkv_id"  # the user property holding a test's corpus id
-
-
-def _properties(
-    pairs: Iterable[tuple[str, str]],
-) -> tuple[dict[str, str], tuple[str, ...], str, str]:
-    roles: dict[str, str] = {}
-    reqs: list[str] = []
-    level = key = ""
-    for name, value in pairs:
-        if name == "requirement":
-            reqs.append(str(value))
-        elif name == "level":
-            level = str(value)
-        elif name == KEY_PROPERTY:
-            key = str(value)
-        elif name in ROLES:
-            roles[name] = str(value)
-    return roles, tuple(reqs), level, key
-
-
 def _trim(text: str) -> str:
     lines = text.strip("\n").splitlines()
     if len(lines) > MAX_MESSAGE_LINES:
@@ -129,22 +80,24 @@ class ResultLog:
         self.collection_errors: list[str] = []
         self._results: dict[str, TestResult] = {}
 
-    def add(self, phase: Phase) -> None:
-        result = self._results.get(phase.nodeid)
+    def add(self, phase: TestOutcome) -> None:
+        result = self._results.get(phase.test.nodeid)
         if result is None:
-            roles, reqs, level, key = _properties(phase.properties)
-            result = TestResult(phase.nodeid, roles, reqs, level or None, key or phase.nodeid)
-            self._results[phase.nodeid] = result
-        if phase.outcome == "failed" or phase.warning:
+            test = phase.test
+            roles = dict(test.roles)
+            result = TestResult(test.nodeid, roles, test.reqs, test.level or None, test.key)
+            self._results[test.nodeid] = result
+        reported = phase.reported
+        if reported == "failed" or phase.warning:
             self._failed(result, phase)
-        elif phase.outcome == "skipped" and phase.when != "teardown":
+        elif reported == "skipped" and phase.when != "teardown":
             result.outcome = "xfailed" if phase.wasxfail else "skipped"
             result.message = _trim(phase.detail)
             result.not_applicable = phase.not_applicable and not phase.wasxfail
         elif phase.when == "call":
             result.outcome = "xpassed" if phase.wasxfail else "passed"
 
-    def _failed(self, result: TestResult, phase: Phase) -> None:
+    def _failed(self, result: TestResult, phase: TestOutcome) -> None:
         message = _trim(phase.detail)
         result.blamed = phase.blamed or result.blamed
         result.causes = phase.causes or result.causes

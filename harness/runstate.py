@@ -11,6 +11,7 @@ import pytest
 from . import corpus, options
 from .fuzzing import ShrinkBudget
 from .known import KnownFailure, WrittenBy
+from .outcome import TestIdentity
 from .testee import Testee
 
 # The run's, on config.stash.
@@ -22,8 +23,8 @@ SETTINGS = pytest.StashKey[options.RunSettings]()
 STARTED = pytest.StashKey[float]()
 SHRINKING = pytest.StashKey[ShrinkBudget]()
 PROFILE = pytest.StashKey[str]()
-# Each test's, on item.stash: the requirement ids it checks and their level.
-REQS = pytest.StashKey[tuple[tuple[str, ...], str]]()
+# Each test's, on item.stash: what it is (its case, the requirement ids it checks, their level).
+TESTED = pytest.StashKey[TestIdentity]()
 
 
 def is_active(config: pytest.Config) -> bool:
@@ -53,10 +54,10 @@ __all__ = [
     "KNOWN",
     "KNOWN_WRITTEN_BY",
     "PROFILE",
-    "REQS",
     "SETTINGS",
     "SHRINKING",
     "STARTED",
+    "TESTED",
     "TESTEES",
     "is_active",
     "parity_roots",

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import corpus, oracle
-from .adapters import GRPC_STATUS_OF
+from .adapters import GRPC_STATUS_OF, Chunk
 from .cases import BlockPlan, CaseFile, CaseFileError, load_case_file
 from .cases.kinds import (
     Case,
@@ -35,9 +35,14 @@ from .cases.kinds import (
     ImportCase,
     NotApplicableCase,
     PoolCase,
+    PrefillRun,
+    Prompt,
     RejectCase,
     RoundtripCase,
     TransferCase,
+    draw_prompt,
+    pull_order_asked,
+    shuffled_order,
 )
 from .checks import in_pool_precision
 from .exit_status import EXIT_BROKEN_CASE_FILE, EXIT_USAGE
@@ -72,17 +77,11 @@ FILE_OF_KIND = {
 # The precisions a pool may store in (CONTRACT.md): an imported block's later export depends
 # on it, as the pytest suite's expectation does.
 POOL_DTYPES = ("f16", "f32")
-# Why the cases of several pools alive at once have no history (docs/vectors.md).
-SEVERAL_POOLS_OMITTED = (
-    "a history runs on one pool, and this case creates a second one (pools kept apart): run "
-    "the suite with --impl=ctypes:PATH or --impl=py:MODULE for it"
-)
-# Why the transfer cases have no history (docs/vectors.md says what an engine loses).
-TRANSFER_OMITTED = (
-    "a tl.kv.v1 conversation (HasBlocks, PushKv chunks) is composed at run time, with fresh "
-    "random tokens each run (a server's pool outlives the run) and mostly at the geometry the "
-    "server reports, so it is not written out as a history: run the suite with "
-    "--impl=grpc:HOST:PORT for it"
+# Why a transfer case with a payload too large to spell out has no history (docs/vectors.md).
+TRANSFER_TOO_LARGE = (
+    "its one-block envelope is {size} bytes at {geometry} (the 4 MiB chunk limit's cases need "
+    "a server of that geometry): payloads over {limit} bytes are not spelled out in the "
+    "vectors; run the suite with --impl=grpc:HOST:PORT against such a server for it"
 )
 
 
@@ -365,6 +364,8 @@ def history_steps(case: PoolCase) -> list[dict[str, Any]]:
                 "version": arg["version"],
                 "expect": expect,
             }
+        elif op in ("use", "destroy"):
+            step = {"op": op, "pool": arg}  # no call to compare: a pool opened or destroyed
         elif op == "import":
             data = arg["data"]
             expect = _status(arg.get("expect"))
@@ -400,6 +401,135 @@ def _history_vector(case: PoolCase, source: str) -> dict[str, Any]:
     }
 
 
+# -- transfers --------------------------------------------------------------------------------
+
+
+class _NoRequestIds:
+    """PrefillRun's chunks without request ids: a runner gives each PushKv stream its own."""
+
+    def new_request_id(self) -> str:
+        return ""
+
+
+def transfer_salt(source: str) -> int:
+    """The salt a transfer history's tokens are drawn from: its source's own (fixed, so the file
+    is the same bytes on every run; distinct, so no two histories share a block hash)."""
+    return oracle.fnv1a64(source.encode()) or 1
+
+
+def _chunk(chunk: Chunk) -> dict[str, Any]:
+    return {
+        "index": chunk.index,
+        "kv_format": chunk.kv_format,
+        "block_hash": _hash_hex(chunk.block_hash),
+        "payload_hex": chunk.payload.hex(),
+        "crc32c": f"{chunk.crc32c:08x}",
+    }
+
+
+def _push(chunks: list[Chunk], expect: dict[str, Any]) -> dict[str, Any]:
+    return {"op": "push", "chunks": [_chunk(c) for c in chunks], "expect": expect}
+
+
+def _has_blocks(hashes: list[int], held: list[bool | None]) -> dict[str, Any]:
+    return {"op": "has_blocks", "hashes": [_hash_hex(h) for h in hashes], "expect": {"held": held}}
+
+
+def _free_since_mark(least: int, most: int) -> dict[str, Any]:
+    return {"op": "free_blocks", "expect": {"drop": [least, most]}}
+
+
+def transfer_steps(case: TransferCase, prompt: Prompt) -> list[dict[str, Any]]:
+    """A transfer case's calls with every chunk and expected answer spelled out, in the order
+    TransferCase.run makes them (its prompt drawn from `prompt`)."""
+    run = PrefillRun(_NoRequestIds(), prompt)  # type: ignore[arg-type]
+    full = prompt.full_hashes
+    size = prompt.geometry.envelope_size(1, case.version)
+    steps = [_has_blocks(full, [False] * len(full))]
+    if case.held:
+        earlier = run.prefill_chunks([False] * case.held, upto=case.held)
+        counts = {"blocks_stored": case.held, "blocks_reused": 0, "payload_bytes": case.held * size}
+        steps.append(_push(earlier, {"status": ["OK"], **counts}))
+    held = [i < case.held for i in range(len(full))]
+    steps.append(_has_blocks(full, list(held)))
+    order = shuffled_order(len(full))
+    steps.append(_has_blocks([full[i] for i in order], [held[i] for i in order]))
+    chunks = run.prefill_chunks(held)
+    if case.tamper is not None:
+        chunks = case._tampered(chunks, prompt)
+    steps.append({"op": "free_blocks", "mark": True})
+    if case.statuses is not None:
+        assert case.tamper is None or case.tamper.chunk is not None
+        first = case.held if case.tamper is None else case.tamper.chunk
+        steps.append(_push(chunks, {"status": sorted(case.statuses)}))
+        claimed = chunks[first].block_hash
+        extra = [claimed] if claimed and claimed not in full else []
+        wants: list[bool | None] = []
+        for i in range(len(full) + len(extra)):  # as TransferCase._expect_refusal judges
+            if i < len(held) and held[i]:
+                wants.append(True)
+            elif i < first and i < len(held):
+                wants.append(False if case.atomic else None)
+            else:
+                wants.append(False)
+        steps.append(_has_blocks(full + extra, wants))
+        stored_before = 0 if case.atomic else sum(1 for c in chunks[:first] if c.payload)
+        steps.append(_free_since_mark(0, stored_before))
+        return steps
+    stored = held.count(False) + (1 if case.tail else 0)
+    counts = {"blocks_stored": stored, "blocks_reused": case.held, "payload_bytes": stored * size}
+    steps.append(_push(chunks, {"status": ["OK"], **counts}))
+    steps.append(_has_blocks(full, [True] * len(full)))
+    steps.append(_free_since_mark(stored, stored))
+    if "content" in case.checks:
+        # What PullKv sends back in v1: each pushed block as decoded, in f16 (compare_content).
+        pulled = []
+        for payload in prompt.payloads[: len(full)]:
+            (record,) = oracle.decode(payload).records
+            block = oracle.Block(record.block_hash, record.n_tokens, record.decoded.values)
+            pulled.append(oracle.encode(prompt.geometry, [block], 1).hex())
+        steps.append(
+            {"op": "pull", "hashes": [_hash_hex(h) for h in full], "kv_format": 1,
+             "expect": {"payloads_hex": pulled}}
+        )  # fmt: skip
+    if "pull_order" in case.checks:
+        asked = [_hash_hex(h) for h in pull_order_asked(full)]
+        steps.append(
+            {"op": "pull", "hashes": asked, "kv_format": 1, "expect": {"block_hashes": asked}}
+        )
+    return steps
+
+
+def _transfer_vector(case: TransferCase, source: str, geometry: Geometry) -> dict[str, Any]:
+    salt = transfer_salt(source)
+    prompt = draw_prompt(geometry, case.version, case.full_blocks, case.tail, case.values, salt)
+    needs = sorted(
+        {"GetInfo" for check in case.checks if check == "free_blocks"}
+        | {"PullKv" for check in case.checks if check in ("content", "pull_order")}
+    )
+    return {
+        **_common(case, source),
+        "geometry": _geometry(geometry),
+        "version": case.version,
+        "salt": _hash_hex(salt),
+        "tokens": prompt.tokens,
+        "only_for_read_versions": [1] if case.v1_only else None,
+        "needs_read_version": case.version if case.statuses is None else None,
+        "needs": needs,
+        "steps": transfer_steps(case, prompt),
+    }
+
+
+def _transfer_left_out(case: TransferCase, geometry: Geometry) -> str | None:
+    """Why a transfer case has no history at this geometry, or None."""
+    if case.tail >= geometry.block_tokens:
+        return f"a tail of {case.tail} tokens is no partial block with B = {geometry.block_tokens}"
+    size = geometry.envelope_size(1, case.version)
+    if size > EXPANSION_MAX_BYTES:
+        return TRANSFER_TOO_LARGE.format(size=size, geometry=geometry, limit=EXPANSION_MAX_BYTES)
+    return None
+
+
 # -- the corpus -------------------------------------------------------------------------------
 
 
@@ -432,7 +562,11 @@ def _expanded_from(case: Case) -> tuple[str, int] | None:
 
 
 def _collect_file(
-    loaded: CaseFile, cases: Iterable[Case], out: dict[str, _Collected], target: str
+    loaded: CaseFile,
+    cases: Iterable[Case],
+    out: dict[str, _Collected],
+    target: str,
+    geometry: Geometry,
 ) -> None:
     shown = _source_file(loaded.path)
     spec_of_line = {spec.origin.line: spec for spec in loaded.specs}
@@ -460,12 +594,15 @@ def _collect_file(
             collected.vectors.append(_envelope_vector(case, source))
         elif isinstance(case, ExportCase | RoundtripCase):
             collected.vectors.append(_export_vector(case, source))
-        elif isinstance(case, PoolCase) and any(op == "use" for op, _ in case.steps):
-            collected.omitted.append({"source": source, "reason": SEVERAL_POOLS_OMITTED})
         elif isinstance(case, PoolCase):
             collected.vectors.append(_history_vector(case, source))
         elif isinstance(case, TransferCase):
-            collected.omitted.append({"source": source, "reason": TRANSFER_OMITTED})
+            # A case without a geometry runs at the server's: here the one asked for.
+            at = case.geometry or geometry
+            if (reason := _transfer_left_out(case, at)) is not None:
+                collected.omitted.append({"source": source, "reason": reason})
+            else:
+                collected.vectors.append(_transfer_vector(case, source, at))
     for spec_id, (count, what, base) in too_big.items():
         out[ENVELOPES_FILE].omitted.append(
             {
@@ -488,7 +625,7 @@ def build_vectors(geometry: Geometry | None = None) -> dict[str, dict[str, Any]]
             cases, target = loaded.cases, f"the file's geometry {loaded.default.geometry}"
         else:
             cases, target = loaded.cases_for(BuildTarget(geometry)), f"geometry {geometry}"
-        _collect_file(loaded, cases, out, target)
+        _collect_file(loaded, cases, out, target, geometry or loaded.default.geometry)
     documents = {}
     for name, collected in out.items():
         documents[name] = {

@@ -99,29 +99,33 @@ def run_history(library: Library, history: dict[str, Any]) -> Outcome:
         wanted = step["op"] == "export" and step["expect"]["status"] == ["OK"]
         if wanted and step["version"] not in library.write_versions:
             return Outcome(source, level, "skipped", f"exports v{step['version']}")
-    g = history["geometry"]
-    pool = library.tl_kv_pool_create(
-        g["block_tokens"], g["n_layers"], g["n_kv_heads"], g["head_dim"], history["capacity"]
-    )
-    if not pool:
-        return Outcome(source, level, "failed", "tl_kv_pool_create returned NULL")
-    script = _Script(library, pool, g, history["nan"])
+    script = _Script(library, history["geometry"], history["capacity"], history["nan"])
     try:
+        script.use({"pool": FIRST_POOL})
         for number, step in enumerate(history["steps"], 1):
             try:
                 handler = getattr(script, "import_" if step["op"] == "import" else step["op"])
                 handler(step)
             except StepFailed as failure:
                 return Outcome(source, level, "failed", f"step {number} ({step['op']}): {failure}")
+    except StepFailed as failure:
+        return Outcome(source, level, "failed", f"opening the first pool: {failure}")
     finally:
-        library.tl_kv_pool_destroy(pool)
+        script.close()
     return Outcome(source, level, "passed")
 
 
+# The pool a history's steps act on until a `use` step names another (docs/vectors.md).
+FIRST_POOL = "first"
+
+
 class _Script:
-    def __init__(self, library: Library, pool: int, geometry: dict[str, int], nan: str) -> None:
+    def __init__(self, library: Library, geometry: dict[str, int], capacity: int, nan: str) -> None:
         self.lib = library
-        self.pool = pool
+        self.geometry = geometry
+        self.capacity = capacity
+        self.pools: dict[str, int] = {}  # the open pools by name
+        self.pool = 0  # the one in use
         self.nan = nan
         self.elements = (
             geometry["n_layers"]
@@ -130,8 +134,29 @@ class _Script:
             * geometry["block_tokens"]
             * geometry["head_dim"]
         )
-        self.dtype = DTYPE_NAMES.get(library.tl_kv_pool_dtype(pool), "unknown")
+        self.dtype = "unknown"  # the pool's precision, known once one is open
         self.ids: dict[str, int] = {}
+
+    def use(self, step: dict[str, Any]) -> None:
+        name = step["pool"]
+        if name not in self.pools:
+            g = self.geometry
+            pool = self.lib.tl_kv_pool_create(
+                g["block_tokens"], g["n_layers"], g["n_kv_heads"], g["head_dim"], self.capacity
+            )
+            if not pool:
+                raise StepFailed(f"tl_kv_pool_create returned NULL for pool {name!r}")
+            self.pools[name] = pool
+            self.dtype = DTYPE_NAMES.get(self.lib.tl_kv_pool_dtype(pool), "unknown")
+        self.pool = self.pools[name]
+
+    def destroy(self, step: dict[str, Any]) -> None:
+        self.lib.tl_kv_pool_destroy(self.pools.pop(step["pool"]))
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            self.lib.tl_kv_pool_destroy(pool)
+        self.pools.clear()
 
     def _status(self, step: dict[str, Any], code: int) -> bool:
         """Whether the call succeeded; a status the step does not allow fails it."""
@@ -258,7 +283,7 @@ def _nan_matches(policy: str, want: int, got: int) -> bool:
 
 
 def run_file(library_path: Path, histories_json: Path) -> list[Outcome]:
-    """Every history of a histories.json against one library."""
+    """Every pool history of a histories.json against one library."""
     library = Library(library_path)
     document = json.loads(histories_json.read_text(encoding="ascii"))
-    return [run_history(library, history) for history in document["vectors"]]
+    return [run_history(library, h) for h in document["vectors"] if h["kind"] == "pool"]

@@ -7,15 +7,12 @@ import json
 import os
 
 import pytest
-from tlkv_conformance.runstate import REQS
+from tlkv_conformance.runstate import TESTED
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     out = os.environ["TLKV_REQS_PROBE"]
-    table = {
-        item.nodeid: {"reqs": list(item.stash[REQS][0]), "level": item.stash[REQS][1]}
-        for item in session.items
-        if REQS in item.stash
-    }
+    tests = [item.stash[TESTED] for item in session.items if TESTED in item.stash]
+    table = {t.nodeid: {"reqs": list(t.reqs), "level": t.level} for t in tests if t.level}
     with open(out, "w", encoding="utf-8") as handle:
         json.dump(table, handle)

@@ -15,8 +15,9 @@ import jsonschema
 import pytest
 from tlkv_conformance import oracle, vectors
 
-from selftest import envelope_runner, history_runner
+from selftest import envelope_runner, history_runner, transfer_runner
 from selftest.mutation import Mutant, load_catalogue, planted
+from selftest.support import pool_flags, start_reference_server
 
 CATALOGUE = {m.id: m for m in load_catalogue()}
 # Not in the catalogue: the pytest suite's export-in-asked-order catches it too, but the
@@ -38,6 +39,26 @@ EXPORT_REVERSED = Mutant(
         ),
     ),
 )
+# The catalogue's registry-shared-between-pools mistake (py-registry-shared-between-pools) is
+# planted in the Python reference; this is the same mistake in the C reference, for the ctypes
+# runner: one hash registry for the process, emptied when a pool is created.
+REGISTRY_SHARED = Mutant(
+    id="pool-registry-shared-between-pools",
+    family="pool",
+    side="pool",
+    target="c",
+    description="one hash registry per process, emptied when a pool is created",
+    patch=(
+        (
+            "    pool->table = calloc((size_t)table_size, sizeof *pool->table);\n",
+            "    static uint32_t shared_table[1u << 16];\n"
+            "    memset(shared_table, 0, sizeof shared_table);\n"
+            "    pool->table = table_size <= (1u << 16) ? shared_table : NULL;\n",
+        ),
+        ("    free(pool->table);\n", ""),
+    ),
+)
+PLANTED_HERE = {m.id: m for m in (EXPORT_REVERSED, REGISTRY_SHARED)}
 # Each planted mistake, and the history (with the failing step's operation) that must catch it.
 PLANTED = {
     "pool-release-keeps-hash": ("cases/pool.yaml::references-and-registry", "find"),
@@ -50,6 +71,7 @@ PLANTED = {
     ),
     EXPORT_REVERSED.id: ("cases/pool.yaml::export-in-asked-order", "export"),
     "nan-as-infinity": ("cases/nans.yaml::write-read-nans-odd", "read"),
+    REGISTRY_SHARED.id: ("cases/pool.yaml::two-pools-keep-their-own-registries", "find"),
 }
 # The history each reference build skips, as the pytest suite does.
 SKIPPED = {
@@ -102,8 +124,7 @@ def test_reference_passes_the_histories_at_another_geometry(
 def test_planted_pool_mistake_fails_its_history(
     mutant_id: str, histories_path: Path, tmp_path: Path
 ) -> None:
-    mutant = CATALOGUE.get(mutant_id, EXPORT_REVERSED)
-    assert mutant.id == mutant_id
+    mutant = CATALOGUE.get(mutant_id) or PLANTED_HERE[mutant_id]
     source, op = PLANTED[mutant_id]
     with planted(mutant, tmp_path) as (impl, _):
         library = Path(impl.removeprefix("ctypes:"))
@@ -137,14 +158,31 @@ def test_histories_follow_the_pool_cases(histories: dict[str, Any]) -> None:
     assert ops[6:8] == [("free_blocks", {"count": 2}), ("find", {"status": ["ENOTFOUND"]})]
     assert by_source["cases/nans.yaml::write-read-nans-bits"]["level"] == "SHOULD"
     for h in histories["vectors"]:
-        named: set[str] = set()
+        in_pool: dict[str, str] = {}  # label -> the pool it names a block of
+        current = history_runner.FIRST_POOL
         for step in h["steps"]:
-            used = [step.get("block"), *step.get("blocks", []), step["expect"].get("block")]
-            assert {u for u in used if u} <= named, f"{h['source']}: a block used before named"
-            named |= {step["as"]} if isinstance(step.get("as"), str) else set(step.get("as", []))
-    transfer = [o for o in histories["omitted"] if o["source"].startswith("cases/transfer.yaml")]
-    assert transfer
-    assert all(o["reason"] == vectors.TRANSFER_OMITTED for o in transfer)
+            current = step["pool"] if step["op"] == "use" else current
+            expect = step.get("expect", {})
+            used = [step.get("block"), *step.get("blocks", []), expect.get("block")]
+            for label in filter(None, used):
+                assert in_pool.get(label) == current, f"{h['source']}: {label} not in {current}"
+            named = [step["as"]] if isinstance(step.get("as"), str) else step.get("as", [])
+            in_pool.update(dict.fromkeys(named, current))
+    two_pools = by_source["cases/pool.yaml::fresh-pool-after-another-was-destroyed"]["steps"]
+    assert [(s["op"], s.get("pool")) for s in two_pools[:6]] == [
+        ("use", "old"), ("write", None), ("write", None), ("use", "first"),
+        ("destroy", "old"), ("use", "fresh"),
+    ]  # fmt: skip
+    # Only the cases of the 4 MiB chunk limit are left out, each for its payload's size.
+    left_out = {o["source"].split("::")[1]: o["reason"] for o in histories["omitted"]}
+    assert set(left_out) == {
+        "payload-of-4-mib-accepted",
+        "payload-over-4-mib-refused",
+        "valid-payload-over-4-mib-refused",
+        "engine-sized-payload-over-4-mib-refused",
+        "payload-over-4-mib-status",
+    }
+    assert all("payloads over 16384 bytes are not spelled out" in r for r in left_out.values())
 
 
 def test_schema_refuses_broken_histories(histories_path: Path, histories: dict[str, Any]) -> None:
@@ -166,11 +204,26 @@ def test_schema_refuses_broken_histories(histories_path: Path, histories: dict[s
     ]
     for doc in broken:
         assert not validator.is_valid(doc)
+    transfer = next(h for h in histories["vectors"] if h["kind"] == "transfer")
+    push = next(s for s in transfer["steps"] if s["op"] == "push")
+
+    def with_transfer_step(step: dict[str, Any]) -> dict[str, Any]:
+        return {**histories, "vectors": [{**transfer, "steps": [step]}]}
+
+    assert validator.is_valid(with_transfer_step(push))
+    for step in [
+        {**push, "expect": {"status": ["EFORMAT"]}},  # a C status, not a gRPC one
+        {**push, "chunks": [{**push["chunks"][0], "crc32c": 1}]},
+        {"op": "free_blocks"},  # neither a mark nor a drop
+        {"op": "write", "hash": "00", "n_tokens": 1, "values_f32le_hex": "", "expect": {}},
+    ]:
+        assert not validator.is_valid(with_transfer_step(step))
 
 
-@pytest.mark.parametrize("runner", [history_runner, envelope_runner])
+@pytest.mark.parametrize("runner", [history_runner, envelope_runner, transfer_runner])
 def test_runner_shares_nothing_with_the_suite(runner: Any) -> None:
-    """A runner computes no expectation: it imports no part of the suite or the oracle."""
+    """A runner computes no expectation: it imports no part of the suite or the oracle (the
+    transfer runner only the stubs generated from the proto, as any engine generates its own)."""
     tree = ast.parse(Path(runner.__file__).read_text(encoding="utf-8"))
     imported = {
         alias.name if isinstance(node, ast.Import) else node.module or ""
@@ -178,4 +231,67 @@ def test_runner_shares_nothing_with_the_suite(runner: Any) -> None:
         if isinstance(node, ast.Import | ast.ImportFrom)
         for alias in node.names
     }
+    imported.discard("tlkv_conformance.grpc_stubs")
     assert not {m for m in imported if m.startswith(("tlkv_conformance", "harness", "numpy"))}
+
+
+# -- transfer histories -----------------------------------------------------------------------
+
+# The server the transfer histories are written for: the pool of cases/transfer.yaml's geometry
+# (the reference server's default; room for every history's blocks).
+TRANSFER_SERVER = pool_flags((4, 2, 2, 8), 20_000)
+# The transfer histories a reference server reading v1 and v2 skips: the v1-only reader's.
+TRANSFER_SKIPPED = {"cases/transfer.yaml::v2-to-v1-only-reader"}
+# Each planted server mistake (the catalogue's gRPC mutants), the history that must catch it,
+# the step that fails, and its level (an atomic stream is a decision: docs/grpc.md).
+PLANTED_IN_SERVER = {
+    "xfer-crc-unchecked": ("cases/transfer.yaml::crc-field-mismatch", "push", "MUST"),
+    "xfer-stream-not-atomic": (
+        "cases/transfer.yaml::refused-stream-is-atomic",
+        "has_blocks",
+        "SHOULD",
+    ),
+}
+
+
+def _verdicts(outcomes: list[transfer_runner.Outcome], verdict: str) -> dict[str, str]:
+    return {o.source: o.reason for o in outcomes if o.verdict == verdict}
+
+
+def test_reference_server_passes_every_transfer_history(histories_path: Path) -> None:
+    server = start_reference_server(TRANSFER_SERVER)
+    try:
+        outcomes = transfer_runner.run_file(server.address, histories_path)
+    finally:
+        server.stop()
+    assert _verdicts(outcomes, "failed") == {}
+    assert set(_verdicts(outcomes, "skipped")) == TRANSFER_SKIPPED
+    assert len(outcomes) > 20
+
+
+def test_transfer_histories_need_a_fresh_server(histories_path: Path) -> None:
+    """A server keeps what it stored: run twice, the histories find their blocks held before
+    anything was sent (docs/vectors.md: a fresh server, or fresh tokens from the suite)."""
+    server = start_reference_server(TRANSFER_SERVER)
+    try:
+        transfer_runner.run_file(server.address, histories_path)
+        again = transfer_runner.run_file(server.address, histories_path)
+    finally:
+        server.stop()
+    failed = _verdicts(again, "failed")
+    assert "step 1 (has_blocks)" in failed["cases/transfer.yaml::fresh-prompt"]
+
+
+@pytest.mark.parametrize("mutant_id", sorted(PLANTED_IN_SERVER))
+def test_planted_server_mistake_fails_its_transfer_history(
+    mutant_id: str, histories_path: Path, tmp_path: Path
+) -> None:
+    mutant = CATALOGUE[mutant_id]
+    assert mutant.target == "grpc"
+    source, op, level = PLANTED_IN_SERVER[mutant_id]
+    with planted(mutant, tmp_path) as (impl, _):
+        outcomes = transfer_runner.run_file(impl.removeprefix("grpc:"), histories_path)
+    failed = {o.source: o for o in outcomes if o.verdict == "failed"}
+    assert source in failed, f"{mutant_id} passes {source}"
+    assert f"({op})" in failed[source].reason
+    assert failed[source].level == level

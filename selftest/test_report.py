@@ -8,18 +8,21 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tlkv_conformance import report as tlkv_report
 from tlkv_conformance.adapters import parse_impl
+from tlkv_conformance.diagnosis import Cause
 from tlkv_conformance.exit_status import EXIT_NOT_SHOWN
+from tlkv_conformance.gate import outcome_of
+from tlkv_conformance.outcome import TestIdentity, TestOutcome
 from tlkv_conformance.report import (
     NOTHING_SHOWN,
     Conformance,
     Impl,
-    Phase,
     ResultLog,
     RunInfo,
     report_paths,
@@ -401,35 +404,17 @@ def _phase(
     impl: str,
     *reqs: str,
     level: str,
-    warning: bool = False,
-    **flags: bool,
-) -> Phase:
-    properties = (*(("requirement", r) for r in reqs), ("level", level), ("impl", impl))
-    return Phase(
-        nodeid,
-        when,
-        outcome,
-        tuple(properties),
-        detail=f"{nodeid} {outcome}",
-        warning=warning,
-        **flags,
-    )
+    **flags: Any,
+) -> TestOutcome:
+    test = TestIdentity(nodeid, nodeid, (("impl", impl),), reqs, level)
+    return TestOutcome(test, when, outcome, detail=f"{nodeid} {outcome}", **flags)
 
 
 def test_verdicts_aggregate_and_should_cases_do_not_fail_must_requirements() -> None:
     log = ResultLog(strict=False)
     for phase in (
         _phase("a[x]", "call", "passed", "x", "READ-LENGTH", level="MUST"),
-        _phase(
-            "b[x]",
-            "call",
-            "passed",
-            "x",
-            "READ-RULES-FIRST",
-            "READ-LENGTH",
-            level="SHOULD",
-            warning=True,
-        ),
+        _phase("b[x]", "call", "failed", "x", "READ-RULES-FIRST", "READ-LENGTH", level="SHOULD"),
         _phase("c[x]", "setup", "skipped", "x", "V2-PAD", level="SHOULD"),
         _phase("d[x]", "call", "passed", "x", "HASH-FNV", level="MUST"),
         _phase("d[x]", "teardown", "failed", "x", "HASH-FNV", level="MUST"),
@@ -466,11 +451,11 @@ def test_a_should_failure_blamed_on_must_requirements_is_its_should_requirements
         _phase(
             "tiny-slabs[x]",
             "call",
-            "failed" if strict else "passed",
+            "failed",
             "x",
             "V2-TINY-SLAB",
             level="SHOULD",
-            warning=not strict,
+            strict=strict,
             blamed=("V2-SCALE", "V2-E4M3"),
         ),
     ):
@@ -492,10 +477,80 @@ def test_a_should_failure_blamed_on_must_requirements_is_its_should_requirements
     assert "| V2-SCALE | MUST | pass |" in markdown(conformance)
 
 
+@pytest.mark.parametrize(
+    ("when", "level", "strict", "wasxfail", "should_failure", "warning", "reported"),
+    [
+        ("call", "SHOULD", False, False, True, True, "passed"),
+        ("call", "SHOULD", True, False, True, False, "failed"),
+        ("call", "MUST", False, False, False, False, "failed"),
+        ("setup", "SHOULD", False, False, False, False, "failed"),  # the run's problem: an error
+        ("call", "SHOULD", False, True, False, False, "skipped"),  # a covered known failure
+    ],
+    ids=["should", "should-strict", "must", "should-setup", "should-known"],
+)
+def test_the_should_level_decides_whether_a_failure_gates(
+    when: str,
+    level: str,
+    strict: bool,
+    wasxfail: bool,
+    should_failure: bool,
+    warning: bool,
+    reported: str,
+) -> None:
+    """A failed phase as pytest counts it, and whether it is a warning: only a SHOULD-level
+    case's own check failing, not expected, without --strict, is a warning (counted passed)."""
+    failed = _phase(
+        "t[x]", when, "failed", "x", "V2-PAD", level=level, strict=strict, wasxfail=wasxfail
+    )
+    assert (failed.should_failure, failed.warning, failed.reported) == (
+        should_failure,
+        warning,
+        reported,
+    )
+
+
+def test_an_outcome_crosses_from_an_xdist_worker_unchanged() -> None:
+    """What a worker judged reaches the controller as it was: the JSON pytest-xdist carries
+    gives back an equal outcome, its causes, blame, view and known-failure decisions typed."""
+    cause = Cause("nan-sign-lost", "NaNs read back with another sign", ("NAN-SIGN",), "26 NaNs")
+    test = TestIdentity("t.py::t[x]", "t.py::t[*]", (("impl", "x"),), ("NAN-SIGN",), "SHOULD")
+    outcome = TestOutcome(
+        test,
+        "call",
+        "failed",
+        strict=True,
+        detail="step 2 (read): 26 of 30 values differ",
+        blamed=("NAN-SIGN",),
+        causes=(replace(cause, explains=frozenset({"crc-only"})),),
+        view={"location": "t.py:3", "windows": []},
+        known=(("known.yaml:2", "covered", "t.py::t[*]"),),
+    )
+    carried = TestOutcome.from_json(json.loads(json.dumps(outcome.as_json())))
+    assert carried == outcome
+    assert isinstance(carried.causes[0], Cause)
+
+
+def test_a_report_the_plugin_did_not_judge_fails_the_run() -> None:
+    """A crashed xdist worker's report (made by pytest-xdist, never judged by the plugin) is
+    an error that fails the run, under the test's own id."""
+    crashed = pytest.TestReport(
+        "t.py::t",
+        ("t.py", None, "t.py"),
+        {},
+        "failed",
+        "worker 'gw0' crashed",
+        "???",  # type: ignore[arg-type]
+    )
+    log = ResultLog(strict=False)
+    log.add(outcome_of(crashed))
+    (result,) = log.results()
+    assert (result.outcome, result.gating, result.key) == ("error", True, "t.py::t")
+
+
 # -- what a run must show ---------------------------------------------------------------------
 
 
-def _judged(*phases: Phase, reqs: tuple[str, ...] = ()) -> Conformance:
+def _judged(*phases: TestOutcome, reqs: tuple[str, ...] = ()) -> Conformance:
     """A run of `phases` against implementation x that was otherwise clean (exit status 0)."""
     log = ResultLog(strict=False)
     for phase in phases:

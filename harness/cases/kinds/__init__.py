@@ -4,6 +4,7 @@ is built, how it runs against a testee. `KINDS` maps each YAML `kind:` to its cl
 from typing import Any
 
 from ._base import Case, CaseOrigin, FileContext, NotApplicableCase, check_imported
+from ._prefill import PrefillRun, Prompt, draw_prompt, pull_order_asked, shuffled_order
 from .export import ExportCase
 from .hashing import HashCase, HashSequenceCase
 from .importing import ImportCase
@@ -37,8 +38,13 @@ __all__ = [
     "ImportCase",
     "NotApplicableCase",
     "PoolCase",
+    "PrefillRun",
+    "Prompt",
     "RejectCase",
     "RoundtripCase",
     "TransferCase",
     "check_imported",
+    "draw_prompt",
+    "pull_order_asked",
+    "shuffled_order",
 ]

@@ -132,9 +132,7 @@ class PrefillRun:
     def expect_held_shuffled(self, expected: list[bool]) -> None:
         """The answers follow the request's order, whatever it is."""
         hashes = self.prompt.full_hashes
-        order = list(reversed(range(len(hashes))))
-        if len(order) > 2:
-            order = order[1:] + order[:1]
+        order = shuffled_order(len(hashes))
         got = self.transfer.has_blocks([hashes[i] for i in order])
         want = [expected[i] for i in order]
         if got != want:
@@ -165,9 +163,7 @@ class PrefillRun:
 
     def expect_pull_order(self) -> None:
         """PullKv of several hashes answers in the order asked (XFER-PULL-ORDER, SHOULD)."""
-        hashes = self.prompt.full_hashes
-        asked = hashes[1:] + hashes[:1] if len(hashes) > 1 else hashes
-        asked = list(reversed(asked))
+        asked = pull_order_asked(self.prompt.full_hashes)
         sent = [chunk.block_hash for chunk in self.transfer.pulled(asked, 1)]
         if sent != asked:
             raise CaseFailure(
@@ -206,6 +202,18 @@ class PrefillRun:
                 block=f"block {index}",
                 source=ValueSource.of_record(self.prompt.payloads[index], sent),
             )
+
+
+def shuffled_order(count: int) -> list[int]:
+    """The order a second HasBlocks asks for a prompt's full blocks in: neither theirs nor its
+    reverse (when there are three or more), so an answer in the prompt's order shows."""
+    order = list(reversed(range(count)))
+    return order[1:] + order[:1] if count > 2 else order
+
+
+def pull_order_asked(hashes: Sequence[int]) -> list[int]:
+    """The order the PullKv-order case asks for the blocks in: rotated, then reversed."""
+    return list(reversed([*hashes[1:], *hashes[:1]] if len(hashes) > 1 else hashes))
 
 
 def count_mistake(
