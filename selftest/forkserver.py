@@ -2,7 +2,8 @@
 
 The self-test runs the conformance suite a few hundred times, each in a child process as a user
 would (`python -m pytest ...`), and each child spends about a second importing pytest, numpy,
-hypothesis and the plugin before it collects anything (measured: benchmarks/bench_selftest.py).
+hypothesis and the plugin before it collects anything (benchmarks/bench_selftest.py measures
+what the zygote saves).
 This server imports them once, then forks one child per run; the child calls `pytest.main`
 with the run's arguments, working directory and environment, its output in files, exactly as
 the `python -m pytest` child would, and exits with pytest's status. Nothing is shared between

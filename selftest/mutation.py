@@ -297,12 +297,18 @@ def run_mutant(
     paths: Sequence[str] | None = None,
     geometry: str | None = None,
     strict: bool = True,
+    staged: bool = True,
+    forked: bool = True,
 ) -> Outcome:
     """Run the conformance suite (`paths`, default: the mutant's) against the mutant (a C
-    one, with `geometry`, serving pools of that geometry only); `strict`: with --strict."""
+    one, with `geometry`, serving pools of that geometry only); `strict`: with --strict.
+    `staged` and `forked` (the whole suite run in its two stages, each run forked from the
+    zygote: support.run_conformance) are turned off only to measure what they save
+    (benchmarks/bench_selftest.py)."""
     suite = mutant.suite if paths is None else tuple(paths)
     # The whole suite to its first failure: its directed stage, then (if that passes) the rest.
-    stages = [DIRECTED_STAGE, GENERATED_STAGE] if first_failure and not suite else [suite]
+    staging = staged and first_failure and not suite
+    stages = [DIRECTED_STAGE, GENERATED_STAGE] if staging else [suite]
     with planted(mutant, workdir, geometry) as (impl, pythonpath):
         for stage in stages:
             args = [
@@ -312,7 +318,7 @@ def run_mutant(
                 *extra,
                 *stage,
             ]
-            run = run_conformance(args, workdir, pythonpath=pythonpath)
+            run = run_conformance(args, workdir, pythonpath=pythonpath, forked=forked)
             if run.returncode != 0:
                 break
     if run.returncode not in (0, 1):

@@ -83,11 +83,16 @@ def _parse_junit(path: Path) -> SuiteRun:
 
 
 def run_conformance(
-    args: list[str], tmp_path: Path, timeout: float = 600, pythonpath: Path | None = None
+    args: list[str],
+    tmp_path: Path,
+    timeout: float = 600,
+    pythonpath: Path | None = None,
+    forked: bool = True,
 ) -> SuiteRun:
     """Run `pytest ARGS` in the suite's root as a user would, in a child process; `pythonpath`
     is put first on the child's module path (for an implementation module made by the test).
-    The child is forked from a zygote that has imported pytest and the plugin (forkserver.py);
+    The child is forked from a zygote that has imported pytest and the plugin (forkserver.py),
+    or with `forked=False` started afresh (`python -m pytest`, for benchmarks/bench_selftest.py);
     subprocess.TimeoutExpired when it runs longer than `timeout`."""
     junit = tmp_path / f"junit-{os.getpid()}-{len(list(tmp_path.iterdir()))}.xml"
     command = [
@@ -102,7 +107,18 @@ def run_conformance(
     env = _child_environment()
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
-    returncode, output = _zygote().run(command, ROOT, env, timeout, junit.with_suffix(""))
+    if forked:
+        returncode, output = _zygote().run(command, ROOT, env, timeout, junit.with_suffix(""))
+    else:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", *command],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+        returncode, output = result.returncode, result.stdout + result.stderr
     run = _parse_junit(junit)
     run.returncode, run.output = returncode, output
     return run
