@@ -21,8 +21,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def run_suite(tmp_path: Path) -> Callable[..., SuiteRun]:
     """`run_suite("--impl=...", "cases/hash.yaml")` runs the conformance suite in a subprocess."""
 
-    def run(*args: str, timeout: float = 600, pythonpath: Path | None = None) -> SuiteRun:
-        return run_conformance(list(args), tmp_path, timeout, pythonpath)
+    def run(
+        *args: str, timeout: float = 600, pythonpath: Path | None = None, forked: bool = True
+    ) -> SuiteRun:
+        return run_conformance(list(args), tmp_path, timeout, pythonpath, forked)
 
     return run
 

@@ -24,7 +24,8 @@ import signal
 import sys
 import time
 from importlib import import_module
-from importlib.metadata import entry_points
+from importlib.metadata import distributions, entry_points
+from pathlib import PurePath
 from typing import Any
 
 POLL_SECONDS = 0.02
@@ -38,6 +39,20 @@ def _preload() -> None:
         import_module(entry.value.split(":")[0])
     # A module that started threads cannot be forked safely: grpc must be imported by the child.
     assert "grpc" not in sys.modules, "the zygote must not import grpc"
+    _imported_on_purpose()
+
+
+def _imported_on_purpose() -> None:
+    """pytest rewrites the asserts of its plugins' distributions as it imports them, and warns
+    in the run's output (PytestAssertRewriteWarning) about each module it finds imported
+    already. Here they are, on purpose and before any run: each says so as pytest reads it."""
+    for dist in distributions():
+        if not any(entry.group == "pytest11" for entry in dist.entry_points):
+            continue
+        tops = {PurePath(str(f)).parts[0].removesuffix(".py") for f in dist.files or []}
+        for name in tops & set(sys.modules):
+            module = sys.modules[name]
+            module.__doc__ = f"{module.__doc__ or ''}\n\nPYTEST_DONT_REWRITE"
 
 
 def _child(request: dict[str, Any]) -> None:

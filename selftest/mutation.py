@@ -58,9 +58,9 @@ DEFAULT_SERVER = {"geometry": [4, 2, 2, 8], "capacity": 20000, "flags": []}
 MUTANT_PACKAGE = "mutant_references"
 GRPC_SUITE = ("cases/transfer.yaml", "cases/reader-v1.yaml", "cases/reader-v2.yaml")
 # The whole suite in the plugin's two stages: the directed tests run first, then the generated
-# cases and property tests (harness/plugin.py, _directed_tests_first). Run to the first failure,
-# the whole suite is these two runs in turn, the second only when the first passes: the same
-# first failure, without collecting the ~1,900 generated cases for a mutant a directed case
+# cases and property tests (tlkv_conformance.plugin, _directed_tests_first). Run to the first
+# failure, the whole suite is these two runs in turn, the second only when the first passes: the
+# same first failure, without collecting the ~1,900 generated cases for a mutant a directed case
 # catches (selftest/test_mutants.py checks the split against the plugin's order).
 GENERATED_STAGE = ("cases/exhaustive.yaml", "conformance/test_fuzz.py")
 DIRECTED_STAGE = ("cases", "conformance", *(f"--ignore={path}" for path in GENERATED_STAGE))
