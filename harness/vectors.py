@@ -35,6 +35,7 @@ from .cases.kinds import (
     ImportCase,
     NotApplicableCase,
     PoolCase,
+    PrefillCase,
     PrefillRun,
     Prompt,
     RejectCase,
@@ -73,6 +74,7 @@ FILE_OF_KIND = {
     RoundtripCase.kind: EXPORTS_FILE,
     PoolCase.kind: HISTORIES_FILE,
     TransferCase.kind: HISTORIES_FILE,
+    PrefillCase.kind: HISTORIES_FILE,
 }
 # The precisions a pool may store in (CONTRACT.md): an imported block's later export depends
 # on it, as the pytest suite's expectation does.
@@ -82,6 +84,12 @@ TRANSFER_TOO_LARGE = (
     "its one-block envelope is {size} bytes at {geometry} (the 4 MiB chunk limit's cases need "
     "a server of that geometry): payloads over {limit} bytes are not spelled out in the "
     "vectors; run the suite with --impl=grpc:HOST:PORT against such a server for it"
+)
+# Why the prefill cases have no history: the implementation is a client the suite serves.
+PREFILL_OMITTED = (
+    "a prefill case serves a client under test from a scripted decode server and checks what "
+    "it recorded: a conversation, not data to hand an engine: run the suite with "
+    "--impl=prefill-py:MODULE for it"
 )
 
 
@@ -603,6 +611,8 @@ def _collect_file(
                 collected.omitted.append({"source": source, "reason": reason})
             else:
                 collected.vectors.append(_transfer_vector(case, source, at))
+        elif isinstance(case, PrefillCase):
+            collected.omitted.append({"source": source, "reason": PREFILL_OMITTED})
     for spec_id, (count, what, base) in too_big.items():
         out[ENVELOPES_FILE].omitted.append(
             {

@@ -14,7 +14,16 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from selftest.history_runner import STATUS_NAMES, Library, Outcome, _Script, _u32, _u64, _versions
+from selftest.history_runner import (
+    DTYPE_NAMES,
+    STATUS_NAMES,
+    Library,
+    Outcome,
+    _Script,
+    _u32,
+    _u64,
+    _versions,
+)
 
 HEADER, TRAILER, RECORD_PREFIX = 28, 4, 12
 UNTOUCHED = 0xFFFFFFFF  # *n_out before the call, so that a refusal leaving it alone shows
@@ -58,7 +67,9 @@ class _Pool:
         )  # fmt: skip
         if not self.handle:
             raise VectorFailed("tl_kv_pool_create returned NULL")
-        self.values = _Script(library, self.handle, g, nan)  # its dtype and value comparison
+        # The history runner's value comparison, at this pool's precision.
+        self.values = _Script(library, g, vector["pool"]["capacity"], nan)
+        self.values.dtype = DTYPE_NAMES.get(library.tl_kv_pool_dtype(self.handle), "unknown")
 
     def write(self, block_hash: int, n_tokens: int) -> int:
         zeros = (ctypes.c_float * self.values.elements)()

@@ -43,6 +43,7 @@ TARGETS = {
     "c": ROOT / "reference" / "clib" / "tl_kv_ref.c",
     "py": ROOT / "reference" / "pyref.py",
     "grpc": ROOT / "reference" / "grpc_server" / "_service.py",
+    "prefill": ROOT / "reference" / "prefill_client.py",
 }
 GRPC_SERVICE = "grpc_server/_service.py"
 # Every mutant run: SHOULD failures count, a hang is cut short, fuzzing is bounded and stable
@@ -263,6 +264,17 @@ def planted(
             yield server.impl, None
         finally:
             server.stop()
+    elif mutant.target == "prefill":
+        # The client imports the references beside it: a patched copy of the whole package.
+        package = workdir / "client"
+        shutil.copytree(
+            ROOT / "reference",
+            package / MUTANT_PACKAGE,
+            ignore=shutil.ignore_patterns("clib", "__pycache__"),
+        )
+        client = package / MUTANT_PACKAGE / TARGETS["prefill"].name
+        patched_copy(TARGETS["prefill"], list(mutant.patch), client)
+        yield f"prefill-py:{MUTANT_PACKAGE}.{client.stem}", package
     else:
         raise MutantError(f"{mutant.id}: unknown target {mutant.target!r}")
 

@@ -135,7 +135,8 @@ def test_every_case_is_in_exactly_one_file(docs: dict[str, dict[str, Any]]) -> N
     assert not missing, f"cases in no vector file: {missing[:10]}"
     assert not misplaced, misplaced[:10]
     kinds = {v["kind"] for doc in docs.values() for v in doc["vectors"]}
-    assert kinds == set(KINDS)
+    # A prefill case is a conversation with a client under test: every one is in `omitted`.
+    assert kinds == set(KINDS) - {"prefill"}
     # The generated prefixes and bit flips are kept, each its own envelope.
     envelopes = docs[vectors.ENVELOPES_FILE]["vectors"]
     assert any(v["source"].endswith("::prefix-at-geometry-33") for v in envelopes)
@@ -171,9 +172,12 @@ def test_doc_figures_are_current(docs: dict[str, dict[str, Any]], out_dir: Path)
     assert int(generated[1]) == sum(
         v["source"].startswith("cases/exhaustive.yaml") for v in exhaustive
     )
-    transfer = re.search(r"(\d+) transfer cases omitted", text)
-    assert transfer is not None
-    assert int(transfer[1]) == len(docs[vectors.HISTORIES_FILE]["omitted"])
+    omitted = re.search(r"(\d+) transfer cases and (\d+) prefill cases omitted", text)
+    assert omitted is not None
+    sources = [entry["source"] for entry in docs[vectors.HISTORIES_FILE]["omitted"]]
+    assert int(omitted[1]) == sum(s.startswith("cases/transfer.yaml") for s in sources)
+    assert int(omitted[2]) == sum(s.startswith("cases/prefill.yaml") for s in sources)
+    assert int(omitted[1]) + int(omitted[2]) == len(sources)
     several_pools = re.search(r"the (\d+) histories of two pools", text)
     assert several_pools is not None
     histories = docs[vectors.HISTORIES_FILE]["vectors"]

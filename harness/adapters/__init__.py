@@ -1,4 +1,4 @@
-"""Adapters: the three ways the suite reaches an implementation (docs/contract.md), and the
+"""Adapters: the ways the suite reaches an implementation (docs/contract.md), and the
 tl.kv.v1 transfer a gRPC one offers the transfer cases (`Transfer`, `Chunk`, docs/grpc.md)."""
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ from ._base import (
     values_digest,
 )
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
-from ._transfer import Chunk, PushCounts, ServerInfo, Transfer
+from ._transfer import (
+    Chunk,
+    PrefillClient,
+    PrefillJob,
+    PrefillResult,
+    PushCounts,
+    ServerInfo,
+    Transfer,
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,10 @@ def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
         from ._grpc import GrpcAdapter
 
         return GrpcAdapter(spec, settings)
+    if spec.kind == "prefill-py":
+        from ._prefill import PrefillAdapter
+
+        return PrefillAdapter(spec, settings)
     raise SuiteUsageError(f"--impl {spec.label}: no adapter for {spec.kind!r}")
 
 
@@ -65,6 +77,9 @@ __all__ = [
     "ImplInfo",
     "ImplSpec",
     "PoolHandle",
+    "PrefillClient",
+    "PrefillJob",
+    "PrefillResult",
     "PushCounts",
     "ReadBack",
     "ServerInfo",

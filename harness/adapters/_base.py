@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import NotObservable
 from ..oracle import Geometry
-from ._transfer import Transfer
+from ._transfer import PrefillClient, Transfer
 
 STATUS_CODES = ("EINVAL", "ENOMEM", "EFORMAT", "ESHAPE", "ENOTFOUND")
 # How a gRPC server reports what a C library reports with each status (docs/grpc.md); the
@@ -57,6 +57,8 @@ class Capability:
     ALL = (HASH, POOL, EXPORT, IMPORT, SEVERAL_POOLS)
     # Optional, so not in ALL: a second reference to a block (tl_kv_pool_retain, Pool.retain).
     RETAIN = "a second reference to a block (retain)"
+    # Not in ALL either: pushing a prompt as the prefill side (a prefill client, alone).
+    PREFILL = "the prefill side of tl.kv.v1 (pushing to a decode server)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,6 +145,9 @@ class Adapter(abc.ABC):
     # The tl.kv.v1 decode server this way in reaches as its prefill side, which the transfer
     # cases use; None for a way in without one (they are skipped).
     transfer: Transfer | None = None
+    # A prefill client under test (the other side of tl.kv.v1), which the prefill cases hand
+    # jobs; None for every other way in (they are skipped).
+    prefill: PrefillClient | None = None
 
     def __init__(self, label: str) -> None:
         self.label = label

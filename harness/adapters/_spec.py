@@ -16,6 +16,7 @@ ACCEPTED_FORMS = (
     "py:package.module",
     "ctypes:PATH.so[,status-profile=FILE.yaml]",
     "grpc:HOST:PORT[,shared]",
+    "prefill-py:package.module (a prefill client of tl.kv.v1)",
     "any of them with ,geometry=BxLxHkvxD (the one pool geometry it serves) and ,name=NAME "
     "(the implementation's identity)",
 )
@@ -32,6 +33,7 @@ _OPTION_KEYS = {
     "py": _COMMON,
     "ctypes": _COMMON | {"status-profile"},
     "grpc": _COMMON | {SHARED_OPTION},
+    "prefill-py": _COMMON,
 }
 _FLAGS = frozenset({SHARED_OPTION})  # options given without a value
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -40,7 +42,8 @@ _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 
 @dataclass(frozen=True)
 class ImplSpec:
-    """A parsed --impl value: `kind` is py, ctypes or grpc; `target` a module, path or address."""
+    """A parsed --impl value: `kind` is py, ctypes, grpc or prefill-py; `target` a module, path
+    or address."""
 
     text: str
     kind: str
@@ -95,7 +98,7 @@ def parse_impl(text: str) -> ImplSpec:
         options[key] = value
     if options.get(NAME_OPTION) == "":
         raise _usage(text, "name= needs a value")
-    if kind == "py" and not _DOTTED.match(target):
+    if kind in ("py", "prefill-py") and not _DOTTED.match(target):
         raise _usage(text, f"{target!r} is not a dotted module name")
     if kind == "ctypes" and not target:
         raise _usage(text, "no library path given")

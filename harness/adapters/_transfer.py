@@ -102,3 +102,73 @@ def check_fits(payload: bytes, what: str) -> None:
             f"{what}: a one-block envelope of this geometry is {len(payload)} bytes, more "
             f"than one tl.kv.v1 chunk carries ({oracle.MAX_CHUNK_PAYLOAD})"
         )
+
+
+# -- the prefill side under test ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrefillJob:
+    """One push a prefill client under test makes (docs/contract.md, "A prefill client"): to
+    the decode server at `target`, the prompt `tokens` as one PushKv stream `request_id`,
+    envelopes of version `kv_format`, within `deadline` seconds. `kv_path` is an envelope file
+    the suite wrote with the oracle holding every block of the prompt (full blocks with their
+    hashes, then the partial tail), in version 1, so every payload can be checked byte for byte."""
+
+    target: str
+    request_id: str
+    tokens: tuple[int, ...]
+    geometry: oracle.Geometry
+    kv_format: int
+    deadline: float
+    kv_path: str
+
+    def as_message(self) -> dict[str, object]:
+        """The job as the client's `push` receives it: plain values only (JSON's)."""
+        g = self.geometry
+        return {
+            "target": self.target,
+            "request_id": self.request_id,
+            "tokens": list(self.tokens),
+            "block_tokens": g.block_tokens,
+            "n_layers": g.n_layers,
+            "n_kv_heads": g.n_kv_heads,
+            "head_dim": g.head_dim,
+            "kv_format": self.kv_format,
+            "deadline": self.deadline,
+            "kv_path": self.kv_path,
+        }
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    """What a prefill client says its push did: `status` "OK" with the server's counts, or the
+    gRPC status name the push ended with (the counts then 0)."""
+
+    status: str
+    counts: PushCounts
+
+    @classmethod
+    def of_message(cls, message: object) -> PrefillResult:
+        """The client's answer; ValueError saying what is wrong with one that is not one."""
+        if not isinstance(message, dict):
+            raise ValueError(f"push returned {type(message).__name__}, not a dict")
+        status = message.get("status")
+        if not isinstance(status, str) or not status:
+            raise ValueError(f"push returned status {status!r}, not a gRPC status name")
+        numbers = []
+        for key in ("blocks_stored", "blocks_reused", "payload_bytes"):
+            value = message.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"push returned {key} {value!r}, not a count")
+            numbers.append(value)
+        return cls(status, PushCounts(*numbers))
+
+
+class PrefillClient(Protocol):
+    """A prefill client under test: it pushes one job and says how it went. Its crash, hang or
+    wrong answer raises `ImplementationFault`."""
+
+    deadline: float  # seconds a job gives the client: within the wait for its answer
+
+    def push(self, job: PrefillJob) -> PrefillResult: ...

@@ -6,6 +6,7 @@ module beside it by default). docs/grpc.md describes the service and the decisio
 where the spec is silent. It never imports the suite (harness/).
 """
 
+from . import _messages as messages  # the message classes, for the reference prefill client
 from ._service import MAX_PAYLOAD, RECEIVE_LIMIT, KvTransferServer
 
-__all__ = ["MAX_PAYLOAD", "RECEIVE_LIMIT", "KvTransferServer"]
+__all__ = ["MAX_PAYLOAD", "RECEIVE_LIMIT", "KvTransferServer", "messages"]

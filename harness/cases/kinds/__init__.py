@@ -9,6 +9,7 @@ from .export import ExportCase
 from .hashing import HashCase, HashSequenceCase
 from .importing import ImportCase
 from .pool import PoolCase
+from .prefill_client import PrefillCase
 from .reject import RejectCase
 from .roundtrip import RoundtripCase
 from .transfer import TransferCase
@@ -24,6 +25,7 @@ KINDS: dict[str, Any] = {
         RoundtripCase,
         PoolCase,
         TransferCase,
+        PrefillCase,
     )
 }
 
@@ -38,6 +40,7 @@ __all__ = [
     "ImportCase",
     "NotApplicableCase",
     "PoolCase",
+    "PrefillCase",
     "PrefillRun",
     "Prompt",
     "RejectCase",

@@ -1,0 +1,197 @@
+"""The prefill side of tl.kv.v1 (issue 24): the scripted decode server answers as its script
+says and records what it received; the `prefill-py:` way in isolates a client that raises,
+hangs, exits or answers garbage (a failed case, the run goes on); the reference client passes
+(the catalogue's prefill mutants are caught by selftest/test_mutants.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from tlkv_conformance import oracle
+from tlkv_conformance.adapters import Chunk, PushCounts, parse_impl
+from tlkv_conformance.errors import SuiteUsageError
+from tlkv_conformance.grpc_stubs import kv_pb2, kv_pb2_grpc
+from tlkv_conformance.scripted_server import (
+    ChunkReceived,
+    GetInfoCall,
+    HasBlocksCall,
+    ScriptedDecodeServer,
+    ServerScript,
+    Stalled,
+    StreamEnded,
+)
+
+from selftest.support import run_conformance
+
+GEOMETRY = oracle.Geometry(2, 1, 1, 2)
+REFERENCE = "prefill-py:tlkv_conformance.references.prefill_client"
+CASES = "cases/prefill.yaml"
+# The spec's worked example: tokens [1, 2, 3, 4, 5] at B = 2.
+HASHES = [0xA91AB0C1027B9366, 0x03DF829571605C60]
+
+
+def _message(chunk: Chunk) -> kv_pb2.KvChunk:
+    return kv_pb2.KvChunk(
+        request_id=chunk.request_id,
+        index=chunk.index,
+        kv_format=chunk.kv_format,
+        block_hash=chunk.block_hash,
+        payload=chunk.payload,
+        crc32c=chunk.crc32c,
+    )
+
+
+def _payload(block_hash: int, version: int = 1) -> bytes:
+    values = np.zeros(GEOMETRY.values_shape, dtype=np.float32)
+    return oracle.encode(GEOMETRY, [oracle.Block(block_hash, 2, values)], version)
+
+
+def _stub(server: ScriptedDecodeServer) -> tuple[grpc.Channel, kv_pb2_grpc.KvTransferStub]:
+    channel = grpc.insecure_channel(server.address)
+    return channel, kv_pb2_grpc.KvTransferStub(channel)
+
+
+def test_scripted_server_answers_as_scripted_and_records_in_order() -> None:
+    script = ServerScript(GEOMETRY, frozenset({1}), held=frozenset({HASHES[0]}))
+    with ScriptedDecodeServer(script) as server:
+        channel, stub = _stub(server)
+        with channel:
+            info = stub.GetInfo(kv_pb2.GetInfoRequest(), timeout=5)
+            held = stub.HasBlocks(kv_pb2.HasBlocksRequest(block_hashes=HASHES), timeout=5)
+            chunks = [
+                Chunk.of_payload(0, 1, HASHES[0], b"", "r"),
+                Chunk.of_payload(1, 1, HASHES[1], _payload(HASHES[1]), "r"),
+            ]
+            counts = stub.PushKv(iter([_message(c) for c in chunks]), timeout=5)
+            v2 = Chunk.of_payload(0, 2, HASHES[1], _payload(HASHES[1], 2), "r")
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.PushKv(iter([_message(v2)]), timeout=5)
+    assert (info.block_tokens, info.head_dim, list(info.read_versions)) == (2, 2, [1])
+    assert list(held.held) == [True, False]
+    size = GEOMETRY.envelope_size(1, 1)
+    assert (counts.blocks_stored, counts.blocks_reused, counts.payload_bytes) == (1, 1, size)
+    # The spec: a chunk whose kv_format the decode side does not read fails the stream.
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert server.record.calls == [
+        GetInfoCall(),
+        HasBlocksCall(tuple(HASHES), "OK"),
+        ChunkReceived(0, chunks[0]),
+        ChunkReceived(0, chunks[1]),
+        StreamEnded(0, "OK", PushCounts(1, 1, size)),
+        ChunkReceived(1, v2),
+        StreamEnded(1, "FAILED_PRECONDITION", None),
+    ]
+
+
+def test_scripted_server_injects_faults() -> None:
+    script = ServerScript(
+        GEOMETRY,
+        frozenset({1, 2}),
+        has_blocks_status="UNAVAILABLE",
+        fail_after=1,
+        fail_status="DATA_LOSS",
+    )
+    chunks = [Chunk.of_payload(i, 1, h, _payload(h), "r") for i, h in enumerate(HASHES)]
+    with ScriptedDecodeServer(script) as server:
+        channel, stub = _stub(server)
+        with channel:
+            with pytest.raises(grpc.RpcError) as has_blocks:
+                stub.HasBlocks(kv_pb2.HasBlocksRequest(block_hashes=HASHES), timeout=5)
+            with pytest.raises(grpc.RpcError) as push:
+                stub.PushKv(iter([_message(c) for c in chunks]), timeout=5)
+    assert has_blocks.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert push.value.code() == grpc.StatusCode.DATA_LOSS
+    # Chunk 1 was received (and recorded) before the stream failed on it.
+    assert server.record.chunks() == chunks
+    assert server.record.streams() == [StreamEnded(0, "DATA_LOSS", None)]
+
+
+def test_scripted_server_stalls_until_the_case_ends() -> None:
+    script = ServerScript(GEOMETRY, frozenset({1}), stall="HasBlocks")
+    started = time.monotonic()
+    with ScriptedDecodeServer(script) as server:
+        channel, stub = _stub(server)
+        with channel, pytest.raises(grpc.RpcError) as stalled:
+            stub.HasBlocks(kv_pb2.HasBlocksRequest(block_hashes=HASHES), timeout=0.5)
+    assert stalled.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert server.record.calls == [HasBlocksCall(tuple(HASHES), "STALLED"), Stalled("HasBlocks")]
+    assert time.monotonic() - started < 5  # the stalled handler let go when the case ended
+
+
+def test_prefill_impl_spelling() -> None:
+    spec = parse_impl("prefill-py:my_engine.client,name=engine")
+    assert (spec.kind, spec.target, spec.identity) == ("prefill-py", "my_engine.client", "engine")
+    with pytest.raises(SuiteUsageError, match="not a dotted module name"):
+        parse_impl("prefill-py:not/a/module")
+
+
+def test_reference_client_passes_and_other_impls_skip(tmp_path: Path) -> None:
+    passing = run_conformance([f"--impl={REFERENCE}", "--strict", CASES], tmp_path)
+    assert passing.returncode == 0, passing.output[-3000:]
+    assert passing.passed
+    assert set(passing.outcomes.values()) == {"passed"}, passing.outcomes
+    # Every other way in skips them, saying why (here all of the file: nothing to show).
+    skipped = run_conformance(["--impl=ref", CASES], tmp_path)
+    assert set(skipped.outcomes.values()) == {"skipped"}, skipped.outcomes
+    assert "ref is not one (--impl prefill-py:package.module)" in skipped.output
+
+
+def test_a_module_without_the_protocol_is_one_line(tmp_path: Path) -> None:
+    run = run_conformance(["--impl=prefill-py:json", CASES], tmp_path)
+    assert run.returncode == 4, run.output[-3000:]
+    assert "module json lacks WRITE_VERSIONS, push" in run.output
+    assert "Traceback" not in run.output
+
+
+# Client modules that go wrong in each way a client can: each must fail its cases with the
+# reason, and the run must go on to the end (exit 1, every case reported).
+BROKEN_CLIENTS = {
+    "raises": ("raise RuntimeError('no route to decode')", "push raised RuntimeError"),
+    "exits": ("import os; os._exit(3)", "exited with status 3"),
+    "hangs": ("import time; time.sleep(60)", "timed out after"),
+    "garbage": ("return ['not', 'a', 'result']", "push returned list, not a dict"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(BROKEN_CLIENTS))
+def test_a_broken_client_fails_its_cases_and_the_run_goes_on(how: str, tmp_path: Path) -> None:
+    body, reason = BROKEN_CLIENTS[how]
+    module = tmp_path / f"broken_client_{how}.py"
+    module.write_text(f"WRITE_VERSIONS = {{1, 2}}\n\n\ndef push(job):\n    {body}\n")
+    started = time.monotonic()
+    run = run_conformance(
+        [f"--impl=prefill-py:{module.stem}", "--call-timeout=2", CASES, "-k", "fresh or held"],
+        tmp_path,
+        pythonpath=tmp_path,
+    )
+    took = time.monotonic() - started
+    assert run.returncode == 1, run.output[-3000:]
+    assert len(run.failed) == len(run.outcomes) >= 3, run.outcomes
+    assert reason in run.messages[run.failed[0]], run.messages[run.failed[0]]
+    # A hang costs one deadline and one short wait, then the push is quarantined.
+    assert took < 40, took
+
+
+def test_a_client_reporting_success_after_data_loss_is_caught(tmp_path: Path) -> None:
+    """The SHOULD checks can fail: a client that always says OK."""
+    module = tmp_path / "optimistic_client.py"
+    module.write_text(
+        "from tlkv_conformance.references import prefill_client\n"
+        "WRITE_VERSIONS = prefill_client.WRITE_VERSIONS\n\n\n"
+        "def push(job):\n"
+        "    result = prefill_client.push(job)\n"
+        "    return {**result, 'status': 'OK'}\n"
+    )
+    run = run_conformance(
+        [f"--impl=prefill-py:{module.stem}", "--strict", CASES, "-k", "reported"],
+        tmp_path,
+        pythonpath=tmp_path,
+    )
+    assert run.returncode == 1, run.output[-3000:]
+    refused = [f"{CASES}::data-loss-reported", f"{CASES}::unavailable-reported"]
+    assert run.failed == refused, run.outcomes
+    assert {run.diagnoses[node] for node in refused} == {"prefill-silent-failure"}
