@@ -316,15 +316,21 @@ def _req_ids(config: pytest.Config, option: options.Option) -> set[str]:
     return ids
 
 
-@pytest.hookimpl(tryfirst=True)
+# A wrapper: the selection before every other plugin's, the order after theirs (pytest's own
+# regrouping by parametrized fixture included, which a run of fewer files would do otherwise).
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
-) -> None:
+) -> Any:
     if not is_active(config):
-        return
+        return (yield)
     _check_known_failures(config, items)  # first: a stale entry is judged on the full list
     _select_by_requirement(config, items)
     _fix_fuzzing_seed(config, items)
+    collected = {id(item): position for position, item in enumerate(items)}
+    result = yield
+    _directed_tests_first(items, collected)
+    return result
 
 
 def _select_by_requirement(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -375,6 +381,22 @@ def _fix_fuzzing_seed(config: pytest.Config, items: list[pytest.Item]) -> None:
             continue
         seen.add(id(function))
         hypothesis.seed(seed)(function)
+
+
+def _directed_tests_first(items: list[pytest.Item], collected: dict[int, int]) -> None:
+    """Directed cases and tests run first, then the generated cases (`expand`: thousands of
+    prefixes and bit flips), then the property tests: a broken hash or writer fails in its own
+    case within seconds, with -x too, before the costly tests that could only fail after it.
+    Within each stage, in the order collected (files, then cases): a run of some files runs
+    them in the order the whole run does."""
+
+    def stage(item: pytest.Item) -> int:
+        if isinstance(item, CaseItem):
+            return 1 if item.case.generated else 0
+        function = getattr(item, "obj", None)
+        return 2 if function is not None and hypothesis.is_hypothesis_test(function) else 0
+
+    items.sort(key=lambda item: (stage(item), collected.get(id(item), len(collected))))
 
 
 # -- running --------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from .yamlsource import load_yaml
 
 REQUIREMENTS_FILE = Path(__file__).with_name("requirements.yaml")
 LEVELS = ("MUST", "SHOULD")
@@ -85,7 +85,7 @@ def _requirement(entry: object, index: int) -> Requirement:
 @functools.cache
 def requirements() -> dict[str, Requirement]:
     """Every requirement, by id, in the order of the file."""
-    entries = yaml.safe_load(REQUIREMENTS_FILE.read_text(encoding="utf-8"))
+    entries = load_yaml(REQUIREMENTS_FILE)
     table = {req.id: req for req in (_requirement(e, i) for i, e in enumerate(entries))}
     if len(table) != len(entries):
         raise ValueError(f"{REQUIREMENTS_FILE}: duplicate requirement ids")

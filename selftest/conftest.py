@@ -12,12 +12,19 @@ import pytest
 from selftest.support import ROOT, SuiteRun, run_conformance
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's marker, declared for runs without it (-p no:xdist) too.
+    config.addinivalue_line("markers", "xdist_group(name): tests one xdist worker runs together")
+
+
 @pytest.fixture
 def run_suite(tmp_path: Path) -> Callable[..., SuiteRun]:
     """`run_suite("--impl=...", "cases/hash.yaml")` runs the conformance suite in a subprocess."""
 
-    def run(*args: str, timeout: float = 600, pythonpath: Path | None = None) -> SuiteRun:
-        return run_conformance(list(args), tmp_path, timeout, pythonpath)
+    def run(
+        *args: str, timeout: float = 600, pythonpath: Path | None = None, forked: bool = True
+    ) -> SuiteRun:
+        return run_conformance(list(args), tmp_path, timeout, pythonpath, forked)
 
     return run
 

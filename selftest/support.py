@@ -3,6 +3,7 @@ making patched copies of implementations."""
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import subprocess
@@ -82,15 +83,19 @@ def _parse_junit(path: Path) -> SuiteRun:
 
 
 def run_conformance(
-    args: list[str], tmp_path: Path, timeout: float = 600, pythonpath: Path | None = None
+    args: list[str],
+    tmp_path: Path,
+    timeout: float = 600,
+    pythonpath: Path | None = None,
+    forked: bool = True,
 ) -> SuiteRun:
     """Run `pytest ARGS` in the suite's root as a user would, in a child process; `pythonpath`
-    is put first on the child's module path (for an implementation module made by the test)."""
+    is put first on the child's module path (for an implementation module made by the test).
+    The child is forked from a zygote that has imported pytest and the plugin (forkserver.py),
+    or with `forked=False` started afresh (`python -m pytest`, for benchmarks/bench_selftest.py);
+    subprocess.TimeoutExpired when it runs longer than `timeout`."""
     junit = tmp_path / f"junit-{os.getpid()}-{len(list(tmp_path.iterdir()))}.xml"
     command = [
-        sys.executable,
-        "-m",
-        "pytest",
         "-p",
         "no:cacheprovider",
         "-q",
@@ -99,17 +104,82 @@ def run_conformance(
         f"--junitxml={junit}",
         *args,
     ]
-    # Bytecode (and pytest's rewritten test modules) cached on disk saves each of the many
-    # child runs a second of compiling the harness again.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = _child_environment()
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
-    result = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
-    )
+    if forked:
+        returncode, output = _zygote().run(command, ROOT, env, timeout, junit.with_suffix(""))
+    else:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", *command],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+        returncode, output = result.returncode, result.stdout + result.stderr
     run = _parse_junit(junit)
-    run.returncode, run.output = result.returncode, result.stdout + result.stderr
+    run.returncode, run.output = returncode, output
     return run
+
+
+def _child_environment() -> dict[str, str]:
+    # Bytecode (and pytest's rewritten test modules) cached on disk saves each of the many
+    # child runs a second of compiling the harness again.
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+class Zygote:
+    """The self-test process's fork server (selftest/forkserver.py), started on first use."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "selftest.forkserver"],
+            cwd=ROOT,
+            env=_child_environment(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        ready = self.process.stdout.readline()
+        if ready != "ready\n":
+            raise RuntimeError(f"the self-test's fork server did not start: {ready!r}")
+
+    def run(
+        self, args: list[str], cwd: Path, env: dict[str, str], timeout: float, base: Path
+    ) -> tuple[int, str]:
+        """pytest ARGS in a forked child: (exit status, stdout + stderr)."""
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        stdout, stderr = base.with_suffix(".stdout"), base.with_suffix(".stderr")
+        request = {
+            "args": args,
+            "cwd": str(cwd),
+            "env": env,
+            "stdout": str(stdout),
+            "stderr": str(stderr),
+            "timeout": timeout,
+        }
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        answer = json.loads(self.process.stdout.readline() or "null")
+        if answer is None:
+            raise RuntimeError("the self-test's fork server exited")
+        output = "".join(p.read_text(errors="replace") for p in (stdout, stderr) if p.exists())
+        if answer.get("timeout"):
+            raise subprocess.TimeoutExpired(["pytest", *args], timeout, output=output)
+        return answer["returncode"], output
+
+
+_ZYGOTES: list[Zygote] = []
+
+
+def _zygote() -> Zygote:
+    if not _ZYGOTES or _ZYGOTES[0].process.poll() is not None:
+        _ZYGOTES[:] = [Zygote()]
+    return _ZYGOTES[0]
 
 
 def patched_copy(source: Path, replacements: list[tuple[str, str]], out: Path) -> Path:

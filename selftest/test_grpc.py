@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,7 +32,13 @@ from tlkv_conformance.exit_status import EXIT_NOT_SHOWN
 from tlkv_conformance.exprs import BuildTarget
 from tlkv_conformance.references import grpc_server as reference_server
 
-from selftest.support import Server, pool_flags, start_reference_server
+from selftest.support import (
+    Server,
+    SuiteRun,
+    pool_flags,
+    run_conformance,
+    start_reference_server,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 # The reader cases of the corpus use this pool; the exhaustive ones the spec example's.
@@ -58,6 +65,25 @@ def grpc_server() -> Iterator[Callable[..., Server]]:
 
     yield start
     for server in started:
+        server.stop()
+
+
+@dataclass(frozen=True)
+class ServedRun:
+    server: Server
+    run: SuiteRun
+
+
+@pytest.fixture(scope="module")
+def v1_only_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedRun]:
+    """The case corpus against a v1-only reference server, run once for the tests reading it."""
+    server = start_reference_server([*pool_flags(READER_GEOMETRY, CAPACITY), "--read-versions=1"])
+    try:
+        run = run_conformance(
+            [f"--impl={server.impl}", "cases", "-rs"], tmp_path_factory.mktemp("v1")
+        )
+        yield ServedRun(server, run)
+    finally:
         server.stop()
 
 
@@ -163,9 +189,10 @@ def test_state_dependent_server_is_named_in_plain_words(grpc_server, run_suite):
     assert "Flaky" not in run.output, run.output[-3000:]
 
 
-def test_v1_only_server_refuses_v2_with_failed_precondition(grpc_server, run_suite):
-    server = grpc_server("--read-versions=1")
-    run = run_suite(f"--impl={server.impl}", "cases", "-rs")
+# One worker runs both tests reading the v1-only run, so that it is made once.
+@pytest.mark.xdist_group("v1-only-run")
+def test_v1_only_server_refuses_v2_with_failed_precondition(v1_only_run):
+    server, run = v1_only_run.server, v1_only_run.run
     _assert_clean(run, "the suite against a v1-only server")
     assert run.outcomes[_transfer_node("v2-to-v1-only-reader")] == "passed"
     assert run.outcomes[_transfer_node("v2-held-prefix")] == "skipped"
@@ -229,10 +256,12 @@ def _expects_only_failed_precondition(case: object, reads: frozenset[int]) -> bo
     return False
 
 
-def test_wrong_version_status_fails_exactly_the_failed_precondition_cases(grpc_server, run_suite):
-    honest = grpc_server("--read-versions=1")
+@pytest.mark.xdist_group("v1-only-run")
+def test_wrong_version_status_fails_exactly_the_failed_precondition_cases(
+    v1_only_run, grpc_server, run_suite
+):
     faulty = grpc_server("--read-versions=1", "--fault=wrong-version-status")
-    good = run_suite(f"--impl={honest.impl}", "cases")
+    good = v1_only_run.run
     bad = run_suite(f"--impl={faulty.impl}", "cases")
     _assert_clean(good, "the suite against a v1-only server")
     covering = set()

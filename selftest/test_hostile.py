@@ -198,9 +198,11 @@ POOL_INIT_END = "        self._registry: dict[int, int] = {}\n"
 # -- the bundled v1-only reference and the property tests ----------------------------------
 
 
+# explore draws fresh examples on every run, whatever --fuzz-seed says (profiles.EXPLORING):
+# one run of it; the deterministic profiles from the gate's seed.
 @pytest.mark.parametrize(
     ("profile", "seed"),
-    [("explore", 1), ("explore", 2), ("ci", 0), ("gate", 0), ("verdict", 0)],
+    [("explore", None), ("ci", 0), ("gate", 0), ("verdict", 0)],
 )
 def test_v1_only_reference_passes_the_property_tests(
     run_suite, reference_library, tmp_path, monkeypatch, profile, seed
@@ -215,7 +217,7 @@ def test_v1_only_reference_passes_the_property_tests(
     run = run_suite(
         f"--impl={label}",
         f"--hypothesis-profile={profile}",
-        f"--fuzz-seed={seed}",
+        *([] if seed is None else [f"--fuzz-seed={seed}"]),
         report,
         "conformance/test_fuzz.py",
         timeout=RUN_BOUND,
@@ -698,7 +700,11 @@ def test_module_hanging_in_its_first_pool_gets_a_report(run_suite, passing_secon
     hash_cases = [n for n in run.outcomes if n.startswith("cases/hash.yaml::")]
     assert hash_cases
     assert all(run.outcomes[n] == "passed" for n in hash_cases), run.output[-4000:]
-    assert took <= 2 * passing + 2, f"{took:.1f} s, over 2 x {passing:.1f} s + one deadline"
+    # What the hang costs: one deadline (--call-timeout=2) and one short wait (1 s), each with
+    # a worker restarted after it.
+    assert took <= 2 * passing + 2 + 1, (
+        f"{took:.1f} s, over 2 x {passing:.1f} s + one deadline and one short wait"
+    )
 
 
 # -- gRPC -------------------------------------------------------------------------------------

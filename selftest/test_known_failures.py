@@ -126,8 +126,9 @@ def test_a_bad_list_is_one_clear_error(tmp_path: Path, text: str, expected: str)
 
 # -- round trips through mutants (selftest/known_round_trip.py) -------------------------------
 
-# One mutant per family, through each way in (c: ctypes, py, grpc), on the case files that
-# catch it; v2-nan-at-the-top is the issue's: failures citing V2-SCALE, blamed on V2-NOSAT.
+# One mutant per family, through each way in (c: ctypes, py, grpc, prefill: prefill-py), on the
+# case files that catch it; v2-nan-at-the-top is the issue's: failures citing V2-SCALE, blamed on
+# V2-NOSAT.
 ROUND_TRIPS = {
     "hash-parent-ignored": ("cases/hash.yaml",),
     "py-crc-records-only": ("cases/writer-v1.yaml",),
@@ -137,6 +138,7 @@ ROUND_TRIPS = {
     "pool-release-keeps-hash": ("cases/pool.yaml",),
     "crash-assert-on-count": ("--reqs=READ-LENGTH", "cases/reader-v1.yaml"),
     "xfer-crc-unchecked": ("cases/transfer.yaml",),
+    "prefill-tail-dropped": ("cases/prefill.yaml",),
 }
 CATALOGUE = {m.id: m for m in load_catalogue()}
 
@@ -158,7 +160,7 @@ def trips(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], RoundTrip
 def test_the_round_trips_cover_every_family() -> None:
     chosen = [CATALOGUE[m] for m in ROUND_TRIPS]
     assert {m.family for m in chosen} == {m.family for m in CATALOGUE.values()}
-    assert {m.target for m in chosen} == {"c", "py", "grpc"}
+    assert {m.target for m in chosen} == {"c", "py", "grpc", "prefill"}
 
 
 @pytest.mark.parametrize("mutant_id", sorted(ROUND_TRIPS))

@@ -12,11 +12,14 @@ from tlkv_conformance.requirements import requirements
 
 from selftest.mutation import (
     BLAME_TARGET,
+    DIRECTED_STAGE,
+    GENERATED_STAGE,
     NAMING_TARGET,
     Mutant,
     load_catalogue,
     run_mutant,
 )
+from selftest.support import run_conformance
 
 CATALOGUE = load_catalogue()
 # Reader rules no weaker form of which is observable (so they have no weakening mutant).
@@ -60,6 +63,23 @@ def test_catalogue_declares_what_each_mutant_breaks() -> None:
     precise = sum(not m.blame_gap for m in CATALOGUE) / len(CATALOGUE)
     assert named >= NAMING_TARGET, f"only {named:.0%} of the mutants must be named"
     assert precise >= BLAME_TARGET, f"only {precise:.0%} of the mutants must be blamed precisely"
+
+
+def test_the_two_stages_are_the_whole_suite_in_its_order(tmp_path: Path) -> None:
+    """run_mutant runs the whole suite to its first failure as its directed stage, then its
+    generated one: together they are exactly the suite's tests, in the order the plugin runs
+    them (directed first), so the first failure is the one a single run would stop at."""
+
+    def collected(*args: str) -> list[str]:
+        run = run_conformance(["--collect-only", *args], tmp_path)
+        assert run.returncode == 0, run.output[-3000:]
+        return [line for line in run.output.splitlines() if "::" in line]
+
+    whole = collected()
+    directed, generated = collected(*DIRECTED_STAGE), collected(*GENERATED_STAGE)
+    assert len(generated) > 1000, len(generated)
+    assert len(directed) > 200, len(directed)
+    assert whole == directed + generated
 
 
 @pytest.mark.parametrize("mutant", CATALOGUE, ids=[m.id for m in CATALOGUE])

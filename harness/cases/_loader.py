@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from ..exprs import DEFAULT_GEOMETRY, BuildTarget, NotApplicable, resolve_geometry
 from ..requirements import REQUIREMENTS_FILE, level_of, unknown_ids
@@ -27,7 +26,7 @@ class CaseFileError(Exception):
 
 @functools.cache
 def _validator() -> jsonschema.Draft202012Validator:
-    schema = yaml.safe_load(SCHEMA_FILE.read_text(encoding="utf-8"))
+    schema = load_yaml(SCHEMA_FILE)
     return jsonschema.Draft202012Validator(schema)
 
 

@@ -67,6 +67,11 @@ class Case:
     doc: str
     origin: CaseOrigin
 
+    @property
+    def generated(self) -> bool:
+        """Made by a generator (`expand`) rather than written out in its file."""
+        return False
+
     def skip_reason(self, testee: Testee) -> str | None:
         """Why this testee cannot be checked by this case, or None."""
         return None
