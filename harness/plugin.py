@@ -29,7 +29,7 @@ from .exit_status import EXIT_INTERNAL
 from .fuzzing import FuzzRecorder, ShrinkBudget
 from .gate import Gate, ReportPathError
 from .identity import corpus_id, record_identity
-from .items import CaseFileCollector
+from .items import CaseFileCollector, CaseItem
 from .judging import judge_phase
 from .known import load_known_failures, stale_test_entries
 from .oracle import MAX_CHUNK_PAYLOAD
