@@ -189,7 +189,10 @@ def test_a_crc_that_follows_the_payload_is_not_blamed() -> None:
     blocks = _blocks()
     expected = oracle.encode(GEOMETRY, blocks, 1)
     wrong = bytearray(expected[:-4])
-    wrong[oracle.HEADER_SIZE + 12 + 6] ^= 0x01  # one f16 element's low byte
+    # One f16 element a step away from zero (its magnitude's bits plus one): a step toward zero
+    # would be a known mistake (f16-round-toward-zero), whichever values the RNG gave.
+    at = oracle.HEADER_SIZE + 12 + 6
+    struct.pack_into("<H", wrong, at, struct.unpack_from("<H", wrong, at)[0] + 1)
     got = _diagnosed(EnvelopeEvidence(expected, oracle.seal(bytes(wrong)), tuple(blocks)))
     assert got.cause is None
     assert got.blamed == ("V1-F16",)
