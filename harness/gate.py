@@ -108,8 +108,8 @@ def _now() -> str:
 
 
 def outcome_of(report: pytest.TestReport) -> TestOutcome:
-    """The plugin's judgement of a reported phase (outcome.py); for a report the plugin did not
-    make (a crashed xdist worker's), what pytest says of it."""
+    """The plugin's judgement of a reported phase (`tlkv_conformance.outcome`); for a report
+    the plugin did not make (a crashed xdist worker's), what pytest says of it."""
     judged = getattr(report, REPORT_ATTRIBUTE, None)
     if isinstance(judged, TestOutcome):
         return judged

@@ -1,8 +1,9 @@
 """What the plugin records of a run: every phase of every test as the plugin judged it (a
-`TestOutcome`, outcome.py), merged into one result per test (`TestResult`) by a `ResultLog`, so
-the same code serves a run in one process and a run spread over xdist workers (whose reports
-reach the controller serialised).
-The conformance report (report.py) is built from it at the end of the run (docs/report.md).
+`TestOutcome`, `tlkv_conformance.outcome`), merged into one result per test (`TestResult`) by a
+`ResultLog`, so the same code serves a run in one process and a run spread over xdist workers
+(whose reports reach the controller serialised).
+The conformance report (`tlkv_conformance.report`) is built from it at the end of the run
+(docs/report.md).
 """
 
 from __future__ import annotations

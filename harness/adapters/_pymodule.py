@@ -1,9 +1,10 @@
 """The Python-module way in (`py:package.module` and `ref`): docs/contract.md, section 2.
 
-The module runs in a worker process by default, as a C library does (harness/adapters/
-_worker.py), so a module that crashes the interpreter, calls os._exit or hangs fails one case;
-`--isolation=inprocess` imports it into the pytest process, for a debugger. The protocol itself
-(KvError codes, return types, copies) is `_pysession.ModuleSession`.
+The module runs in a worker process by default, as a C library does
+(`tlkv_conformance.adapters._worker`), so a module that crashes the interpreter, calls os._exit
+or hangs fails one case; `--isolation=inprocess` imports it into the pytest process, for a
+debugger. The protocol itself (KvError codes, return types, copies) is
+`_pysession.ModuleSession`.
 """
 
 from __future__ import annotations
