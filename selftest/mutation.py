@@ -235,17 +235,7 @@ def planted(
         patched_copy(TARGETS["py"], list(mutant.patch), workdir / f"{_name(mutant)}.py")
         yield f"py:{_name(mutant)}", workdir
     elif mutant.target == "grpc":
-        package = workdir / "server"
-        shutil.copytree(
-            ROOT / "reference",
-            package / MUTANT_PACKAGE,
-            ignore=shutil.ignore_patterns("clib", "__pycache__"),
-        )
-        patched_copy(
-            ROOT / "reference" / mutant.file,
-            list(mutant.patch),
-            package / MUTANT_PACKAGE / mutant.file,
-        )
+        package = _patched_references(mutant, workdir / "server", mutant.file)
         config = {**DEFAULT_SERVER, **mutant.server}
         try:
             server = start_reference_server(
@@ -266,17 +256,24 @@ def planted(
             server.stop()
     elif mutant.target == "prefill":
         # The client imports the references beside it: a patched copy of the whole package.
-        package = workdir / "client"
-        shutil.copytree(
-            ROOT / "reference",
-            package / MUTANT_PACKAGE,
-            ignore=shutil.ignore_patterns("clib", "__pycache__"),
-        )
-        client = package / MUTANT_PACKAGE / TARGETS["prefill"].name
-        patched_copy(TARGETS["prefill"], list(mutant.patch), client)
-        yield f"prefill-py:{MUTANT_PACKAGE}.{client.stem}", package
+        client = TARGETS["prefill"].name
+        package = _patched_references(mutant, workdir / "client", client)
+        yield f"prefill-py:{MUTANT_PACKAGE}.{Path(client).stem}", package
     else:
         raise MutantError(f"{mutant.id}: unknown target {mutant.target!r}")
+
+
+def _patched_references(mutant: Mutant, package: Path, file: str) -> Path:
+    """A copy of the bundled references as the package MUTANT_PACKAGE under `package` (its own
+    name, so that the installed one cannot be picked instead), with the mutant's patch applied
+    to `file` (a path under reference/); `package` is the folder to put on the module path."""
+    shutil.copytree(
+        ROOT / "reference",
+        package / MUTANT_PACKAGE,
+        ignore=shutil.ignore_patterns("clib", "__pycache__"),
+    )
+    patched_copy(ROOT / "reference" / file, list(mutant.patch), package / MUTANT_PACKAGE / file)
+    return package
 
 
 def reference_of(mutant: Mutant) -> Mutant:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from tlkv_conformance import oracle
 from tlkv_conformance.adapters import Chunk, PushCounts, parse_impl
+from tlkv_conformance.adapters._grpc_client import chunk_message
 from tlkv_conformance.errors import SuiteUsageError
 from tlkv_conformance.grpc_stubs import kv_pb2, kv_pb2_grpc
 from tlkv_conformance.scripted_server import (
@@ -32,17 +33,6 @@ REFERENCE = "prefill-py:tlkv_conformance.references.prefill_client"
 CASES = "cases/prefill.yaml"
 # The spec's worked example: tokens [1, 2, 3, 4, 5] at B = 2.
 HASHES = [0xA91AB0C1027B9366, 0x03DF829571605C60]
-
-
-def _message(chunk: Chunk) -> kv_pb2.KvChunk:
-    return kv_pb2.KvChunk(
-        request_id=chunk.request_id,
-        index=chunk.index,
-        kv_format=chunk.kv_format,
-        block_hash=chunk.block_hash,
-        payload=chunk.payload,
-        crc32c=chunk.crc32c,
-    )
 
 
 def _payload(block_hash: int, version: int = 1) -> bytes:
@@ -66,10 +56,10 @@ def test_scripted_server_answers_as_scripted_and_records_in_order() -> None:
                 Chunk.of_payload(0, 1, HASHES[0], b"", "r"),
                 Chunk.of_payload(1, 1, HASHES[1], _payload(HASHES[1]), "r"),
             ]
-            counts = stub.PushKv(iter([_message(c) for c in chunks]), timeout=5)
+            counts = stub.PushKv(iter([chunk_message(c) for c in chunks]), timeout=5)
             v2 = Chunk.of_payload(0, 2, HASHES[1], _payload(HASHES[1], 2), "r")
             with pytest.raises(grpc.RpcError) as refused:
-                stub.PushKv(iter([_message(v2)]), timeout=5)
+                stub.PushKv(iter([chunk_message(v2)]), timeout=5)
     assert (info.block_tokens, info.head_dim, list(info.read_versions)) == (2, 2, [1])
     assert list(held.held) == [True, False]
     size = GEOMETRY.envelope_size(1, 1)
@@ -102,7 +92,7 @@ def test_scripted_server_injects_faults() -> None:
             with pytest.raises(grpc.RpcError) as has_blocks:
                 stub.HasBlocks(kv_pb2.HasBlocksRequest(block_hashes=HASHES), timeout=5)
             with pytest.raises(grpc.RpcError) as push:
-                stub.PushKv(iter([_message(c) for c in chunks]), timeout=5)
+                stub.PushKv(iter([chunk_message(c) for c in chunks]), timeout=5)
     assert has_blocks.value.code() == grpc.StatusCode.UNAVAILABLE
     assert push.value.code() == grpc.StatusCode.DATA_LOSS
     # Chunk 1 was received (and recorded) before the stream failed on it.

@@ -232,17 +232,7 @@ class TransferClient:
 
     def push(self, chunks: Sequence[Chunk]) -> PushCounts:
         """One PushKv stream of `chunks`; Refused(status name) if the server refuses it."""
-        messages = [
-            kv_pb2.KvChunk(
-                request_id=c.request_id,
-                index=c.index,
-                kv_format=c.kv_format,
-                block_hash=c.block_hash,
-                payload=c.payload,
-                crc32c=c.crc32c,
-            )
-            for c in chunks
-        ]
+        messages = [chunk_message(c) for c in chunks]
         response = self._call(
             "PushKv", lambda timeout: self._stub.PushKv(iter(messages), timeout=timeout)
         )
@@ -419,3 +409,15 @@ def _details(exc: grpc.RpcError) -> str:
     details = exc.details() if callable(getattr(exc, "details", None)) else None
     text = str(details or exc).strip()
     return text.splitlines()[0] if text else "no details"
+
+
+def chunk_message(chunk: Chunk) -> kv_pb2.KvChunk:
+    """The KvChunk message that carries `chunk`."""
+    return kv_pb2.KvChunk(
+        request_id=chunk.request_id,
+        index=chunk.index,
+        kv_format=chunk.kv_format,
+        block_hash=chunk.block_hash,
+        payload=chunk.payload,
+        crc32c=chunk.crc32c,
+    )

@@ -77,7 +77,7 @@ class PrefillCase(Case):
                 full_blocks=full,
                 tail=tail,
                 held=tuple(held),
-                reads=frozenset(raw.get("reads", (1, 2))),
+                reads=frozenset(raw.get("reads", oracle.KNOWN_VERSIONS)),
                 has_blocks_status=raw.get("has_blocks_status"),
                 fail_after=fail.get("after_chunk"),
                 fail_status=fail.get("status", "DATA_LOSS"),
