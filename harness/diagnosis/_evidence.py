@@ -59,15 +59,16 @@ class ValuesEvidence:
 class RefusalEvidence:
     """A call answered `actual` (None: it succeeded; "fault": it crashed or hung) where one of
     `expected` was due (empty: it had to succeed). `rules`: the requirements the input breaks
-    (empty: a valid one); `envelope`: the input, when it was an envelope; `probed`: (cause id,
-    title) of a CRC mistake with which the reader accepts it (see `probe_reader`)."""
+    (empty: a valid one); `envelope`: the input, when it was an envelope; `pool`: the geometry
+    and capacity of the pool that refused it, where the diagnosis may probe a new pool like it
+    again for a CRC mistake (`probe_reader`: an import or rejection case's reader)."""
 
     rules: frozenset[str]
     expected: frozenset[str]
     actual: str | None
     envelope: bytes = b""
     rules_first: bool = False
-    probed: tuple[str, str] | None = None
+    pool: tuple[oracle.Geometry, int] | None = None
 
 
 @dataclass(frozen=True, eq=False)

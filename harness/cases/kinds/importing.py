@@ -12,7 +12,7 @@ from ...checks import (
     CaseFailure,
     free_count,
 )
-from ...diagnosis import FaultEvidence, RefusalEvidence, probe_reader
+from ...diagnosis import FaultEvidence, RefusalEvidence
 from ...errors import ImplementationFault, Refused
 from ...testee import Testee
 from .._sources import (
@@ -85,7 +85,7 @@ class ImportCase(Case):
                         frozenset(),
                         refusal.code,
                         self.data,
-                        probed=probe_reader(pool, self.data, self.pool.capacity),
+                        pool=(self.pool.geometry, self.pool.capacity),
                     ),
                 ) from None
             except ImplementationFault as fault:
