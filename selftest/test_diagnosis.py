@@ -17,6 +17,7 @@ from tlkv_conformance.diagnosis import (
     Cause,
     EnvelopeEvidence,
     HashEvidence,
+    ReaderPool,
     RefusalEvidence,
     SizeEvidence,
     ValuesEvidence,
@@ -519,7 +520,7 @@ class _Pool(PoolHandle):
     dtype = "f32"
 
     def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
-        self.reader.imports.append((data, max_blocks))
+        self.reader.imports.append((self.capacity, max_blocks))
         body, trailer = data[:-4], data[-4:]
         if self.reader.mistake is None or trailer != CRC_MISTAKES[self.reader.mistake](body):
             raise Refused("EFORMAT", "import")
@@ -545,7 +546,7 @@ class _Reader(Adapter):
     def __init__(self, mistake: str | None, due: str = "", status_domain: str = "c") -> None:
         super().__init__("probed")
         self.mistake, self.due, self.status_domain = mistake, due, status_domain
-        self.imports: list[tuple[bytes, int]] = []
+        self.imports: list[tuple[int, int]] = []
         self.held = self.open_pools = 0
 
     def info(self) -> ImplInfo:
@@ -564,13 +565,16 @@ class _Reader(Adapter):
 def test_a_valid_envelope_refused_is_probed_for_the_reader_crc(mistake: str) -> None:
     envelope = oracle.encode(GEOMETRY, _blocks(), 1)
     reader = _Reader(mistake)
-    refused = RefusalEvidence(frozenset(), frozenset(), "EFORMAT", envelope, pool=(GEOMETRY, 3))
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 2, 3)
+    )
     got = attribute(refused, ["READ-ACCEPT"], reader)
     assert (got.cause.id, got.blamed, got.note) == (mistake, ("READ-CRC",), "")
     assert "accepted once its trailer was written that way" in got.cause.evidence
-    # Each probe a new pool of the case's geometry and capacity, given back with its blocks.
+    # Each probe a new pool with as many blocks free as the case's and its max_blocks, given
+    # back with its blocks.
     assert reader.imports
-    assert {n for _, n in reader.imports} == {3}
+    assert set(reader.imports) == {(2, 3)}
     assert (reader.open_pools, reader.held) == (0, 0)
 
 
@@ -579,14 +583,18 @@ def test_a_rejection_refused_with_another_status_is_probed_for_the_due_one() -> 
     rules, due = frozenset({"READ-GEOMETRY"}), frozenset({"ESHAPE"})
     reader = _Reader("crc-ieee-polynomial", due="ESHAPE")
     got = attribute(
-        RefusalEvidence(rules, due, "EFORMAT", envelope, pool=(GEOMETRY, 2)), [], reader
+        RefusalEvidence(rules, due, "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 2, 2)),
+        [],
+        reader,
     )
     assert (got.cause.id, got.blamed) == ("crc-ieee-polynomial", ("READ-CRC",))
     # Over gRPC DATA_LOSS is the CRC rule's status too: a probe would say nothing.
     grpc = _Reader("crc-ieee-polynomial", due="DATA_LOSS", status_domain="grpc")
     due = frozenset({"DATA_LOSS"})
     got = attribute(
-        RefusalEvidence(rules, due, "INVALID_ARGUMENT", envelope, pool=(GEOMETRY, 2)), [], grpc
+        RefusalEvidence(rules, due, "INVALID_ARGUMENT", envelope, pool=ReaderPool(GEOMETRY, 2, 2)),
+        [],
+        grpc,
     )
     assert (got.cause.id, grpc.imports) == ("wrong-status:READ-GEOMETRY", [])
 
@@ -597,7 +605,9 @@ def test_no_probe_without_a_pool_nor_a_cause_without_the_mistake() -> None:
     got = attribute(RefusalEvidence(frozenset(), frozenset(), "EFORMAT", envelope), [], unprobed)
     assert (got.cause, got.symptom, unprobed.imports) == (None, "valid-refused:EFORMAT", [])
     sound = _Reader(None)  # refuses every trailer: no CRC mistake to name
-    refused = RefusalEvidence(frozenset(), frozenset(), "EFORMAT", envelope, pool=(GEOMETRY, 2))
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 2, 2)
+    )
     got = attribute(refused, ["READ-ACCEPT"], sound)
     assert (got.cause, got.blamed, got.note) == (None, ("READ-ACCEPT",), "")
     assert len(sound.imports) >= len(CRC_MISTAKES)

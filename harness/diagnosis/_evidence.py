@@ -55,20 +55,31 @@ class ValuesEvidence:
     written: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class ReaderPool:
+    """The pool a reader case imported into, as the diagnosis' probe makes it again: a new pool
+    of `geometry` with as many blocks, all free, as the case's had free (`free`: its capacity
+    less the blocks it preloaded), imported into with the case's `max_blocks`."""
+
+    geometry: oracle.Geometry
+    free: int
+    max_blocks: int
+
+
 @dataclass(frozen=True, eq=False)
 class RefusalEvidence:
     """A call answered `actual` (None: it succeeded; "fault": it crashed or hung) where one of
     `expected` was due (empty: it had to succeed). `rules`: the requirements the input breaks
-    (empty: a valid one); `envelope`: the input, when it was an envelope; `pool`: the geometry
-    and capacity of the pool that refused it, where the diagnosis may probe a new pool like it
-    again for a CRC mistake (`probe_reader`: an import or rejection case's reader)."""
+    (empty: a valid one); `envelope`: the input, when it was an envelope; `pool`: the pool that
+    refused it, where the diagnosis may probe the reader again for a CRC mistake (`probe_reader`:
+    an import or rejection case's)."""
 
     rules: frozenset[str]
     expected: frozenset[str]
     actual: str | None
     envelope: bytes = b""
     rules_first: bool = False
-    pool: tuple[oracle.Geometry, int] | None = None
+    pool: ReaderPool | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,10 +25,10 @@ def probe_reader(implementation: Adapter, refusal: RefusalEvidence) -> tuple[str
     crc_code = crc.grpc_status if implementation.status_domain == "grpc" else crc.c_code
     if crc_code in refusal.expected:
         return None
-    geometry, capacity = refusal.pool
+    pool = refusal.pool
     for cause_id, title, variant in resealed_variants(refusal.envelope):
         try:
-            answer = implementation.probe_import(geometry, capacity, variant)
+            answer = implementation.probe_import(pool.geometry, pool.free, variant, pool.max_blocks)
         except (ImplementationFault, NotObservable, Refused):
             continue
         read_as_due = answer in refusal.expected if refusal.expected else answer is None

@@ -85,7 +85,7 @@ class ImportCase(Case):
                         frozenset(),
                         refusal.code,
                         self.data,
-                        pool=(self.pool.geometry, self.pool.capacity),
+                        pool=self.pool.probed,
                     ),
                 ) from None
             except ImplementationFault as fault:

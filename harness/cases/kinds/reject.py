@@ -271,7 +271,7 @@ class RejectCase(Case):
                             refusal.code,
                             self.data,
                             self.rules_first,
-                            (self.pool.geometry, self.pool.capacity),
+                            self.pool.probed,
                         ),
                     ) from None
             else:
