@@ -13,7 +13,9 @@ import pytest
 
 from . import oracle
 from .adapters import PoolHandle, ReadBack, values_digest
-from .diagnosis import (
+from .diff import E4M3_NAN, ValueSource, envelope_diff, nan_tolerated, values_diff
+from .errors import CallerArrayChanged, ImplementationFault, NotObservable, Refused, WrongCount
+from .evidence import (
     CountEvidence,
     EnvelopeEvidence,
     Evidence,
@@ -23,8 +25,6 @@ from .diagnosis import (
     RefusalEvidence,
     ValuesEvidence,
 )
-from .diff import E4M3_NAN, ValueSource, envelope_diff, nan_tolerated, values_diff
-from .errors import CallerArrayChanged, ImplementationFault, NotObservable, Refused, WrongCount
 
 T = TypeVar("T")
 __all__ = [

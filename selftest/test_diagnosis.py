@@ -12,19 +12,16 @@ import numpy as np
 import pytest
 from tlkv_conformance import oracle
 from tlkv_conformance.adapters import Adapter, ImplInfo, PoolHandle
-from tlkv_conformance.diagnosis import (
-    Attribution,
-    Cause,
+from tlkv_conformance.diagnosis import Attribution, Cause, attribute, diagnose_run
+from tlkv_conformance.errors import Refused
+from tlkv_conformance.evidence import (
     EnvelopeEvidence,
     HashEvidence,
     ReaderPool,
     RefusalEvidence,
     SizeEvidence,
     ValuesEvidence,
-    attribute,
-    diagnose_run,
 )
-from tlkv_conformance.errors import Refused
 
 from selftest import vector_reader as vr
 

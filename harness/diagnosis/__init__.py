@@ -1,15 +1,16 @@
 """From a failure to the bug: which requirements a failed test is blamed on, and which known
 mistake its differences match (docs/diagnosis.md).
 
-One stage with two entry points. A failing check attaches what it saw (an `Evidence`) to its
-`CaseFailure`; `attribute`, called once where the test is judged, turns it into an
-`Attribution`: the causes whose signature matches (a mistaken computation done again here gives
-exactly the bytes or values the implementation gave), and the blamed requirements, those whose
-own bytes or fields differ; a difference that follows from another (a CRC that differs because
-the payload does) is not blamed. Where the evidence asks for it, `attribute` probes the
-implementation again through the adapter's one probe operation (`probe_reader`). At the end of
-the run `diagnose_run` settles the failures' attributions against each other and gathers the
-run's causes, with the failures each one explains, for the report's "start here" section.
+One stage with two entry points. A failing check attaches what it saw (an `Evidence`, from
+tlkv_conformance.evidence) to its `CaseFailure`; `attribute`, called once where the test is
+judged, turns it into an `Attribution`: the causes whose signature matches (a mistaken
+computation done again here gives exactly the bytes or values the implementation gave), and the
+blamed requirements, those whose own bytes or fields differ; a difference that follows from
+another (a CRC that differs because the payload does) is not blamed. Where the evidence asks for
+it, `attribute` probes the implementation again through the adapter's one probe operation
+(`probe_reader`). At the end of the run `diagnose_run` settles the failures' attributions
+against each other and gathers the run's causes, with the failures each one explains, for the
+report's "start here" section.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ from dataclasses import dataclass, replace
 
 from .. import oracle
 from ..adapters import Adapter
-from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
-from ._envelope import envelope_attribution
-from ._evidence import (
+from ..evidence import (
     CountEvidence,
     EnvelopeEvidence,
     Evidence,
@@ -30,35 +29,23 @@ from ._evidence import (
     HashEvidence,
     KnownMistake,
     PoolChangeEvidence,
-    ReaderPool,
     RefusalEvidence,
     SizeEvidence,
     StaleHashEvidence,
     ValuesEvidence,
 )
+from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
+from ._envelope import envelope_attribution
 from ._probe import probe_reader
 from ._signatures import CRC_CAUSES, hash_causes, reader_crc_cause
 from ._values import values_attribution
 
 __all__ = [
     "MAX_FINDINGS",
-    "NOT_HELD",
     "Attribution",
     "Cause",
-    "CountEvidence",
-    "EnvelopeEvidence",
-    "Evidence",
-    "FaultEvidence",
     "Finding",
-    "HashEvidence",
-    "KnownMistake",
-    "PoolChangeEvidence",
-    "ReaderPool",
-    "RefusalEvidence",
     "RunDiagnosis",
-    "SizeEvidence",
-    "StaleHashEvidence",
-    "ValuesEvidence",
     "attribute",
     "diagnose_run",
 ]
@@ -66,9 +53,6 @@ __all__ = [
 MAX_FINDINGS = 5  # causes a report shows first ("start here")
 # A pool that runs out of blocks too early refuses writes and imports for want of room.
 OUT_OF_BLOCKS = frozenset(VALID_REFUSED.format(code=c) for c in ("ENOMEM", "RESOURCE_EXHAUSTED"))
-# A find that fails after an import or a write: over gRPC find is HasBlocks, so a HasBlocks
-# that never says "held" accounts for it when the run shows one.
-NOT_HELD = frozenset({"hasblocks-never-held"})
 
 
 def attribute(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import oracle
 from ..adapters import Adapter
 from ..errors import ImplementationFault, NotObservable, Refused
-from ._evidence import RefusalEvidence
+from ..evidence import RefusalEvidence
 from ._signatures import resealed_variants
 
 

@@ -7,8 +7,8 @@ import numpy as np
 
 from .. import oracle
 from ..adapters import REUSED_BUFFER_VALUE
+from ..evidence import ValuesEvidence
 from ._causes import Cause
-from ._evidence import ValuesEvidence
 from ._f16_signatures import f16_causes
 
 F32 = np.float32

@@ -18,8 +18,8 @@ from ...checks import (
     compare_readback,
     expect_free,
 )
-from ...diagnosis import NOT_HELD, KnownMistake, ReaderPool, RefusalEvidence
 from ...errors import Refused
+from ...evidence import NOT_HELD, KnownMistake, ReaderPool, RefusalEvidence
 from ...exprs import BuildTarget, resolve_geometry
 from ...testee import Testee
 from .._sources import (

@@ -12,8 +12,8 @@ from ...checks import (
     CaseFailure,
     free_count,
 )
-from ...diagnosis import FaultEvidence, RefusalEvidence
 from ...errors import ImplementationFault, Refused
+from ...evidence import FaultEvidence, RefusalEvidence
 from ...testee import Testee
 from .._sources import (
     CaseDataError,

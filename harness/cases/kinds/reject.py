@@ -14,8 +14,8 @@ from ...checks import (
     compare_snapshots,
     snapshot,
 )
-from ...diagnosis import FaultEvidence, RefusalEvidence
 from ...errors import ImplementationFault, Refused
+from ...evidence import FaultEvidence, RefusalEvidence
 from ...testee import Testee
 from .._sources import (
     CaseDataError,
