@@ -26,8 +26,9 @@ from tlkv_conformance.cases import RejectCase, load_case_file
 from tlkv_conformance.cases.kinds import ImportCase, TransferCase
 from tlkv_conformance.cases.kinds._base import record_hashes
 from tlkv_conformance.checks import CaseFailure, calls_to_testee
-from tlkv_conformance.diagnosis import CountEvidence, attribute
+from tlkv_conformance.diagnosis import attribute
 from tlkv_conformance.errors import NotObservable, Refused, SuiteUsageError, WrongCount
+from tlkv_conformance.evidence import CountEvidence
 from tlkv_conformance.exit_status import EXIT_NOT_SHOWN
 from tlkv_conformance.exprs import BuildTarget
 from tlkv_conformance.references import grpc_server as reference_server

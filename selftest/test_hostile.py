@@ -316,7 +316,7 @@ def failing_case(monkeypatch: pytest.MonkeyPatch, quarantined: bool) -> list[int
     each run of a case appends to."""
     from tlkv_conformance import fuzzing
     from tlkv_conformance.checks import CaseFailure
-    from tlkv_conformance.diagnosis import FaultEvidence
+    from tlkv_conformance.evidence import FaultEvidence
 
     runs: list[int] = []
 
@@ -1090,8 +1090,9 @@ def test_ledger_names_an_operation_that_never_answered():
 def test_an_operation_fault_is_a_probable_cause_of_its_own():
     """A fault that says what the operation does whatever the input is a cause in "start here"
     (blamed on what the test cites); any other fault is a symptom, as before."""
-    from tlkv_conformance.diagnosis import FaultEvidence, attribute
+    from tlkv_conformance.diagnosis import attribute
     from tlkv_conformance.errors import OperationFault
+    from tlkv_conformance.evidence import FaultEvidence
 
     never = OperationFault("no-answer:PushKv", "PushKv does not answer")
     named = attribute(FaultEvidence("timed out after 2 s in PushKv", False, never), ["XFER-TAIL"])

@@ -16,6 +16,7 @@ from ._base import (
     ReadBack,
     values_digest,
 )
+from ._pysession import REUSED_BUFFER_VALUE
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
 from ._transfer import (
     Chunk,
@@ -69,6 +70,7 @@ def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
 __all__ = [
     "ACCEPTED_FORMS",
     "GRPC_STATUS_OF",
+    "REUSED_BUFFER_VALUE",
     "STATUS_CODES",
     "Adapter",
     "AdapterSettings",

@@ -11,8 +11,8 @@ from typing import Protocol
 from ... import oracle
 from ...adapters import Chunk, PrefillJob, PrefillResult
 from ...checks import CaseFailure
-from ...diagnosis import KnownMistake
 from ...diff import envelope_diff
+from ...evidence import KnownMistake
 from ...scripted_server import (
     ChunkReceived,
     HasBlocksCall,
