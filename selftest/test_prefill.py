@@ -5,6 +5,8 @@ hangs, exits or answers garbage (a failed case, the run goes on); the reference 
 
 from __future__ import annotations
 
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -127,7 +129,9 @@ def test_reference_client_passes_and_other_impls_skip(tmp_path: Path) -> None:
     # Every other way in skips them, saying why (here all of the file: nothing to show).
     skipped = run_conformance(["--impl=ref", CASES], tmp_path)
     assert set(skipped.outcomes.values()) == {"skipped"}, skipped.outcomes
-    assert "ref is not one (--impl prefill-py:package.module)" in skipped.output
+    assert "ref is not one (--impl prefill-py:package.module or prefill-exec:COMMAND)" in (
+        skipped.output
+    )
 
 
 def test_a_module_without_the_protocol_is_one_line(tmp_path: Path) -> None:
@@ -185,3 +189,104 @@ def test_a_client_reporting_success_after_data_loss_is_caught(tmp_path: Path) ->
     refused = [f"{CASES}::data-loss-reported", f"{CASES}::unavailable-reported"]
     assert run.failed == refused, run.outcomes
     assert {run.diagnoses[node] for node in refused} == {"prefill-silent-failure"}
+
+
+# -- the harness-process way in (prefill-exec:COMMAND) ------------------------------------------
+
+REFERENCE_HARNESS = shlex.join(
+    [sys.executable, "-m", "tlkv_conformance.references.prefill_harness"]
+)
+
+
+def test_harness_impl_spelling() -> None:
+    spec = parse_impl("prefill-exec:./engine-harness --port-base 9000,name=engine")
+    assert (spec.kind, spec.target, spec.identity) == (
+        "prefill-exec",
+        "./engine-harness --port-base 9000",
+        "engine",
+    )
+    with pytest.raises(SuiteUsageError, match="No closing quotation"):
+        parse_impl("prefill-exec:./harness 'unclosed")
+    with pytest.raises(SuiteUsageError, match="no command given"):
+        parse_impl("prefill-exec: ")
+
+
+def test_reference_harness_passes(tmp_path: Path) -> None:
+    run = run_conformance([f"--impl=prefill-exec:{REFERENCE_HARNESS}", "--strict", CASES], tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    assert len(run.passed) == len(run.outcomes) == 16, run.outcomes
+
+
+def test_a_harness_command_not_found_is_one_line(tmp_path: Path) -> None:
+    run = run_conformance(["--impl=prefill-exec:no-such-harness --flag", CASES], tmp_path)
+    assert run.returncode == 4, run.output[-3000:]
+    errors = [line for line in run.output.splitlines() if line.startswith("ERROR")]
+    assert errors == [
+        "ERROR: --impl prefill-exec:no-such-harness --flag: command 'no-such-harness' not "
+        "found (not on PATH, nor an executable file)"
+    ], run.output[-3000:]
+    assert "Traceback" not in run.output
+
+
+# A harness speaks in protocol up to the point where it goes wrong (`start` or `run`).
+_HARNESS = """\
+import json, sys, time
+GREETING = {{"type": "started", "protocol": 1, "name": "hostile", "write_versions": [1, 2],
+            "geometry": None, "kv_from_suite": True}}
+for line in sys.stdin:
+    message = json.loads(line)
+    if message["type"] == "start":
+        {start}
+    elif message["type"] == "run":
+        {run}
+    else:
+        break
+"""
+_GREET = "print(json.dumps(GREETING), flush=True)"
+# Each harness going wrong in one way: it must fail its cases with the reason, in one line, and
+# the run must go on to the end (exit 1, every case reported) in bounded time.
+HOSTILE_HARNESSES = {
+    "crashes-at-start": (
+        "sys.stderr.write('engine: no device\\n'); sys.exit(3)",
+        "pass",
+        "the harness exited with status 3 (its last line on stderr: 'engine: no device') "
+        "before answering start",
+    ),
+    "garbage-line": (
+        _GREET,
+        "print('pushing 3 blocks...', flush=True)",
+        "the harness answered a run with a line that is not JSON: 'pushing 3 blocks...'",
+    ),
+    "floods-stdout": (
+        _GREET,
+        "sys.stdout.write('x' * (3 << 20)); sys.stdout.flush()",
+        "the harness answered a run with a line longer than 1048576 bytes",
+    ),
+    "hangs-on-a-job": (_GREET, "time.sleep(60)", "timed out after 2 s in harness.run"),
+    "exits-mid-run": (
+        _GREET,
+        "sys.exit(0)",
+        "the harness exited with status 0 before answering a run",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(HOSTILE_HARNESSES))
+def test_a_hostile_harness_fails_its_cases_and_the_run_goes_on(how: str, tmp_path: Path) -> None:
+    start, run_body, reason = HOSTILE_HARNESSES[how]
+    script = tmp_path / f"{how}.py"
+    script.write_text(_HARNESS.format(start=start, run=run_body))
+    command = shlex.join([sys.executable, str(script)])
+    started = time.monotonic()
+    run = run_conformance(
+        [f"--impl=prefill-exec:{command}", "--call-timeout=2", CASES, "-k", "fresh or held"],
+        tmp_path,
+    )
+    took = time.monotonic() - started
+    assert run.returncode == 1, run.output[-3000:]
+    assert len(run.failed) == len(run.outcomes) >= 3, run.outcomes
+    first = run.messages[run.failed[0]]
+    assert reason in first, first
+    assert "Traceback" not in run.output
+    # A hang costs one call's wait and one short wait, then the run is quarantined.
+    assert took < 40, took

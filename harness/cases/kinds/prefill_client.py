@@ -9,7 +9,7 @@ prompt's KV as an envelope file with the oracle, hands the client one job, and c
 server recorded, in order (`_prefill_checks`): the record is the authority, the client's own
 report is checked against it. Each check belongs to one requirement and runs only in the cases
 citing it, so a SHOULD decision never fails a MUST case. Only prefill clients (--impl
-prefill-py:...) run these cases.
+prefill-py:... or prefill-exec:...) run these cases.
 """
 
 from __future__ import annotations
@@ -94,7 +94,12 @@ class PrefillCase(Case):
         if not testee.can(Capability.PREFILL):
             return (
                 f"prefill cases test a prefill client of tl.kv.v1; {testee.label} is not one "
-                "(--impl prefill-py:package.module)"
+                "(--impl prefill-py:package.module or prefill-exec:COMMAND)"
+            )
+        if not testee.can(Capability.SUITE_KV):
+            return (
+                f"{testee.label} pushes its engine's own KV only (kv_from_suite false), and "
+                "every prefill case gives the client its KV, to check payloads byte for byte"
             )
         if self.version not in testee.info.write_versions:
             return f"{testee.label} does not write v{self.version}"
