@@ -217,6 +217,18 @@ def test_reference_harness_passes(tmp_path: Path) -> None:
     assert len(run.passed) == len(run.outcomes) == 16, run.outcomes
 
 
+def test_the_example_harness_copied_out_of_the_package_runs(tmp_path: Path) -> None:
+    """README: an engine team copies the bundled harness and runs it as a script of its own."""
+    from tlkv_conformance.references import prefill_harness
+
+    copy = tmp_path / "my_harness.py"
+    copy.write_bytes(Path(prefill_harness.__file__).read_bytes())
+    command = shlex.join([sys.executable, str(copy)])
+    run = run_conformance([f"--impl=prefill-exec:{command}", CASES, "-k", "held"], tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    assert len(run.passed) == len(run.outcomes) >= 3, run.outcomes
+
+
 def test_a_harness_command_not_found_is_one_line(tmp_path: Path) -> None:
     run = run_conformance(["--impl=prefill-exec:no-such-harness --flag", CASES], tmp_path)
     assert run.returncode == 4, run.output[-3000:]
@@ -262,7 +274,7 @@ HOSTILE_HARNESSES = {
         "sys.stdout.write('x' * (3 << 20)); sys.stdout.flush()",
         "the harness answered a run with a line longer than 1048576 bytes",
     ),
-    "hangs-on-a-job": (_GREET, "time.sleep(60)", "timed out after 2 s in harness.run"),
+    "hangs-on-a-job": (_GREET, "time.sleep(60)", "timed out after 2 s in harness run"),
     "exits-mid-run": (
         _GREET,
         "sys.exit(0)",
@@ -290,3 +302,60 @@ def test_a_hostile_harness_fails_its_cases_and_the_run_goes_on(how: str, tmp_pat
     assert "Traceback" not in run.output
     # A hang costs one call's wait and one short wait, then the run is quarantined.
     assert took < 40, took
+
+
+# The reference harness with its greeting or its client changed (a wrapper script).
+_WRAPPED = """\
+from tlkv_conformance.references import prefill_client, prefill_harness
+{change}
+prefill_harness.main()
+"""
+
+
+def _wrapped_harness(tmp_path: Path, change: str) -> str:
+    script = tmp_path / "wrapped_harness.py"
+    script.write_text(_WRAPPED.format(change=change))
+    return "prefill-exec:" + shlex.join([sys.executable, str(script)])
+
+
+def test_the_geometry_a_harness_serves_is_the_one_its_jobs_have(tmp_path: Path) -> None:
+    served = "{'block_tokens': 3, 'n_layers': 1, 'n_kv_heads': 2, 'head_dim': 4}"
+    impl = _wrapped_harness(
+        tmp_path,
+        f"prefill_harness.GREETING['geometry'] = {served}\n"
+        "real_push = prefill_client.push\n"
+        "def push(job):\n"
+        "    geometry = [job[k] for k in ('block_tokens', 'n_layers', 'n_kv_heads', 'head_dim')]\n"
+        "    assert geometry == [3, 1, 2, 4], f'a job at {geometry}'\n"
+        "    return real_push(job)\n"
+        "prefill_client.push = push",
+    )
+    run = run_conformance([f"--impl={impl}", CASES, "-k", "held"], tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    assert len(run.passed) == len(run.outcomes) >= 3, run.outcomes
+    # Told another geometry on the command line: bad input, one line.
+    conflict = run_conformance([f"--impl={impl},geometry=4x2x2x8", CASES], tmp_path)
+    assert conflict.returncode == 4, conflict.output[-3000:]
+    assert "geometry=4x2x2x8 given, but the harness serves 3x1x2x4" in conflict.output
+
+
+def test_a_harness_reporting_an_error_fails_its_cases_and_stays(tmp_path: Path) -> None:
+    impl = _wrapped_harness(
+        tmp_path,
+        "def push(job):\n"
+        "    raise ConnectionError('decode side unreachable')\n"
+        "prefill_client.push = push",
+    )
+    run = run_conformance([f"--impl={impl}", CASES, "-k", "held"], tmp_path)
+    assert run.returncode == 1, run.output[-3000:]
+    assert len(run.failed) == len(run.outcomes) >= 3, run.outcomes
+    expected = "the harness reported an error: ConnectionError: decode side unreachable"
+    assert all(expected in run.messages[node] for node in run.failed), run.messages
+
+
+def test_a_harness_that_cannot_push_the_suites_kv_is_skipped_saying_so(tmp_path: Path) -> None:
+    impl = _wrapped_harness(tmp_path, "prefill_harness.GREETING['kv_from_suite'] = False")
+    run = run_conformance([f"--impl={impl}", CASES], tmp_path)
+    assert set(run.outcomes.values()) == {"skipped"}, run.outcomes
+    assert "pushes its engine's own KV only (kv_from_suite false)" in run.output
+    assert run.returncode == 6, run.output[-3000:]  # nothing shown: never a pass

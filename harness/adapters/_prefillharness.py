@@ -58,9 +58,9 @@ class HarnessSession:
 
     CALLS: Mapping[str, str] = {
         "load": "finding the harness command",
-        "start": "harness.start",
-        "push": "harness.run",
-        "stop": "harness.stop",
+        "start": "harness start",
+        "push": "harness run",
+        "stop": "harness stop",
     }
 
     def __init__(self, command: Sequence[str]) -> None:
