@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+import yaml
 from tlkv_conformance import oracle
 from tlkv_conformance.adapters import Chunk, PushCounts, parse_impl
 from tlkv_conformance.adapters._grpc_client import chunk_message
@@ -28,7 +29,7 @@ from tlkv_conformance.scripted_server import (
     StreamEnded,
 )
 
-from selftest.support import run_conformance
+from selftest.support import ROOT, run_conformance
 
 GEOMETRY = oracle.Geometry(2, 1, 1, 2)
 REFERENCE = "prefill-py:tlkv_conformance.references.prefill_client"
@@ -214,7 +215,8 @@ def test_harness_impl_spelling() -> None:
 def test_reference_harness_passes(tmp_path: Path) -> None:
     run = run_conformance([f"--impl=prefill-exec:{REFERENCE_HARNESS}", "--strict", CASES], tmp_path)
     assert run.returncode == 0, run.output[-3000:]
-    assert len(run.passed) == len(run.outcomes) == 16, run.outcomes
+    every_case = yaml.safe_load((ROOT / CASES).read_text(encoding="utf-8"))["cases"]
+    assert len(run.passed) == len(run.outcomes) == len(every_case), run.outcomes
 
 
 def test_the_example_harness_copied_out_of_the_package_runs(tmp_path: Path) -> None:
@@ -359,3 +361,77 @@ def test_a_harness_that_cannot_push_the_suites_kv_is_skipped_saying_so(tmp_path:
     assert set(run.outcomes.values()) == {"skipped"}, run.outcomes
     assert "pushes its engine's own KV only (kv_from_suite false)" in run.output
     assert run.returncode == 6, run.output[-3000:]  # nothing shown: never a pass
+
+
+# The reference client, retrying a stream that broke with UNAVAILABLE in one of three ways
+# (its stub wrapped): the whole sequence again, the rest from where it broke, or the whole
+# sequence with empty payloads for the blocks the broken stream carried.
+_RETRYING_CLIENT = """\
+import grpc
+from tlkv_conformance.references import prefill_client
+from tlkv_conformance.references.grpc_server import messages as pb
+
+WRITE_VERSIONS = prefill_client.WRITE_VERSIONS
+push = prefill_client.push
+Stub = prefill_client._Stub
+
+
+class RetryingStub(Stub):
+    def __init__(self, channel):
+        super().__init__(channel)
+        once = self.push_kv
+
+        def push_kv(chunks, timeout):
+            chunks, sent = list(chunks), []
+
+            def counted():
+                for chunk in chunks:
+                    sent.append(chunk)
+                    yield chunk
+
+            try:
+                return once(counted(), timeout=timeout)
+            except grpc.RpcError as error:
+                if error.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+            if "{mode}" == "resume":
+                chunks = chunks[len(sent) - 1 :]
+            elif "{mode}" == "assume-kept":
+                chunks = [
+                    pb.KvChunk(request_id=c.request_id, index=c.index, kv_format=c.kv_format,
+                               block_hash=c.block_hash)
+                    if c in sent[:-1] and c.block_hash else c
+                    for c in chunks
+                ]
+            return once(iter(chunks), timeout=timeout)
+
+        self.push_kv = push_kv
+
+
+prefill_client._Stub = RetryingStub
+"""
+RETRIES = {
+    "whole": None,
+    "resume": "prefill-chunk-index",
+    "assume-kept": "prefill-empty-unconfirmed",
+}
+
+
+@pytest.mark.parametrize("mode", sorted(RETRIES))
+def test_a_retry_after_a_broken_stream_is_the_whole_sequence(mode: str, tmp_path: Path) -> None:
+    module = tmp_path / f"retrying_client_{mode.replace('-', '_')}.py"
+    module.write_text(_RETRYING_CLIENT.format(mode=mode))
+    run = run_conformance(
+        [f"--impl=prefill-py:{module.stem}", "--strict", CASES, "-k", "mid-stream"],
+        tmp_path,
+        pythonpath=tmp_path,
+    )
+    cases = [f"{CASES}::unavailable-mid-stream", f"{CASES}::unavailable-once-mid-stream"]
+    assert sorted(run.outcomes) == cases, run.outcomes
+    if RETRIES[mode] is None:
+        assert run.returncode == 0, run.output[-3000:]
+        assert run.passed == cases
+    else:
+        assert run.returncode == 1, run.output[-3000:]
+        assert run.failed == cases, run.outcomes
+        assert {run.diagnoses[node] for node in cases} == {RETRIES[mode]}, run.diagnoses

@@ -49,6 +49,7 @@ class PrefillCase(Case):
     has_blocks_status: str | None
     fail_after: int | None
     fail_status: str
+    fail_streams: int | None
     stall: str | None
     deadline: float | None  # the job's deadline, when shorter than the way in's
     values: Mapping[str, Any]
@@ -81,6 +82,7 @@ class PrefillCase(Case):
                 has_blocks_status=raw.get("has_blocks_status"),
                 fail_after=fail.get("after_chunk"),
                 fail_status=fail.get("status", "DATA_LOSS"),
+                fail_streams=fail.get("streams"),
                 stall=raw.get("stall"),
                 deadline=raw.get("deadline"),
                 values=raw.get("values", DEFAULT_VALUES),
@@ -122,6 +124,7 @@ class PrefillCase(Case):
             has_blocks_status=self.has_blocks_status,
             fail_after=self.fail_after,
             fail_status=self.fail_status,
+            fail_streams=self.fail_streams,
             stall=self.stall,
         )
         deadline = min(client.deadline, self.deadline or client.deadline)
