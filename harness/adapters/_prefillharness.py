@@ -30,6 +30,7 @@ PROTOCOL = 1
 LINE_LIMIT = 1 << 20
 _STOP_WAIT = 2.0  # seconds a harness told to stop may take to exit before it is killed
 _QUOTED = 120  # characters of a bad line, or of the harness's last stderr line, quoted
+_ERROR_LIMIT = 500  # characters of an error the harness reports (its first line)
 _GEOMETRY_KEYS = ("block_tokens", "n_layers", "n_kv_heads", "head_dim")
 
 
@@ -90,7 +91,8 @@ class HarnessSession:
             self._fault(f"answered run {self._seq} with seq {answer.get('seq')!r}")
         if "error" in answer:
             # The harness stays: it answered in protocol, its client failed.
-            raise ImplementationFault(f"the harness reported an error: {answer['error']}")
+            error = (str(answer["error"]).strip().splitlines() or [""])[0][:_ERROR_LIMIT]
+            raise ImplementationFault(f"the harness reported an error: {error}")
         if "result" not in answer:
             self._fault("answered a run without a result nor an error")
         return answer["result"]
@@ -115,6 +117,8 @@ class HarnessSession:
                 stderr=self._stderr,
             )
         except OSError as exc:  # found by `load`, gone or not executable since
+            self._stderr.close()
+            self._stderr = None
             raise SuiteUsageError(f"cannot start {self.command[0]!r}: {exc.strerror}") from None
         self._seq = 0
         answer = self._exchange({"type": "start", "protocol": PROTOCOL}, "start")
