@@ -281,6 +281,11 @@ HOSTILE_HARNESSES = {
         "the harness answered a run with a line longer than 1048576 bytes",
     ),
     "hangs-on-a-job": (_GREET, "time.sleep(60)", "timed out after 2 s in harness run"),
+    "another-protocol": (
+        "print(json.dumps({**GREETING, 'protocol': 2}), flush=True)",
+        "pass",
+        "the harness speaks protocol 2; the suite speaks 1",
+    ),
     "exits-mid-run": (
         _GREET,
         "sys.exit(0)",
@@ -308,6 +313,19 @@ def test_a_hostile_harness_fails_its_cases_and_the_run_goes_on(how: str, tmp_pat
     assert "Traceback" not in run.output
     # A hang costs one call's wait and one short wait, then the run is quarantined.
     assert took < 40, took
+    assert not _processes_running(script), "a harness outlived the run"
+
+
+def _processes_running(script: Path) -> list[int]:
+    """The processes whose command line names `script`."""
+    running = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(script).encode() in cmdline.read_bytes().split(b"\0"):
+                running.append(int(cmdline.parent.name))
+        except OSError:  # it ended while we looked
+            continue
+    return running
 
 
 # The reference harness with its greeting or its client changed (a wrapper script).
