@@ -54,11 +54,13 @@ class PrefillAdapter(Adapter):
         self._writes = frozenset(v for v in range(32) if writes >> v & 1)
         self.origin = Path(origin) if origin else None  # the module file or the executable
         self._suite_kv = True
-        # Why the harness did not start, when it did not: its cases fail, each saying why.
-        self.start_fault = ""
         self._harness = session is HarnessSession
         if self._harness:
-            self._greet(spec)
+            try:
+                self._greet(spec)
+            except SuiteUsageError:
+                self.close()
+                raise
         self.prefill = self
         # The client's deadline lies within the wait for its answer, so a client that keeps
         # to it is never cut short as hanging.
@@ -70,8 +72,7 @@ class PrefillAdapter(Adapter):
         each job starts it again and fails with the reason."""
         try:
             greeting = self._channel.call("start")
-        except ImplementationFault as fault:
-            self.start_fault = str(fault)
+        except ImplementationFault:  # each case starts it again, and fails saying why
             self._writes = KNOWN_VERSIONS
             return
         self._writes = frozenset(greeting["write_versions"])
