@@ -60,7 +60,7 @@ def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
         from ._grpc import GrpcAdapter
 
         return GrpcAdapter(spec, settings)
-    if spec.kind == "prefill-py":
+    if spec.kind in ("prefill-py", "prefill-exec"):
         from ._prefill import PrefillAdapter
 
         return PrefillAdapter(spec, settings)

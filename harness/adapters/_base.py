@@ -60,6 +60,8 @@ class Capability:
     RETAIN = "a second reference to a block (retain)"
     # Not in ALL either: pushing a prompt as the prefill side (a prefill client, alone).
     PREFILL = "the prefill side of tl.kv.v1 (pushing to a decode server)"
+    # With PREFILL: it pushes the KV the suite gives it (a job's kv_path), checked byte for byte.
+    SUITE_KV = "pushing the KV the suite gives it"
 
 
 @dataclass(frozen=True, eq=False)
