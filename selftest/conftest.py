@@ -15,6 +15,19 @@ from selftest.support import ROOT, SuiteRun, run_conformance
 def pytest_configure(config: pytest.Config) -> None:
     # pytest-xdist's marker, declared for runs without it (-p no:xdist) too.
     config.addinivalue_line("markers", "xdist_group(name): tests one xdist worker runs together")
+    config.addinivalue_line(
+        "markers", "slow: runs the whole conformance suite or more (about 10 s or over)"
+    )
+
+
+# The outermost wrapper: the order after every other plugin's (pytest's own regrouping too).
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+    # pytest-xdist hands tests to its workers one at a time in this order: the longest first,
+    # so that none of them starts last and leaves one worker running it alone at the end.
+    result = yield
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    return result
 
 
 @pytest.fixture

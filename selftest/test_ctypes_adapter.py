@@ -115,6 +115,7 @@ def test_default_build_passes_the_corpus(run_suite, reference_library):
     assert outcomes[node("v1-only-refuses-v2")] == "skipped"
 
 
+@pytest.mark.slow
 def test_f32_and_v1only_builds_pass_the_corpus(run_suite, reference_library):
     libs = {v: reference_library(v) for v in ("f32", "v1only")}
     labels = {v: f"ctypes:{lib}" for v, lib in libs.items()}

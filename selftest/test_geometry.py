@@ -80,6 +80,7 @@ def one_geometry_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- ctypes ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_geometry_library_passes_running_most_of_the_corpus(
     one_geometry_library, reference_library, run_suite
 ):
@@ -136,6 +137,7 @@ def server() -> Iterator[Server]:
     started.stop()
 
 
+@pytest.mark.slow
 def test_server_at_the_geometry_passes_again_and_in_parallel(server, run_suite, tmp_path):
     """A decode server that is a prefix cache (--dedup: a payload for a hash it holds is read
     in full, then the held block is shared and counted in blocks_reused), at an engine's

@@ -117,6 +117,7 @@ def _transfer_cases() -> list[TransferCase]:
 # -- the suite against the reference server ----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("geometry", [READER_GEOMETRY, SPEC_GEOMETRY], ids=["4x2x2x8", "2x1x1x2"])
 def test_suite_passes_against_the_reference_server(grpc_server, run_suite, geometry):
     server = grpc_server(geometry=geometry)

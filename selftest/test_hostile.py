@@ -204,6 +204,7 @@ POOL_INIT_END = "        self._registry: dict[int, int] = {}\n"
 
 # explore draws fresh examples on every run, whatever --fuzz-seed says (profiles.EXPLORING):
 # one run of it; the deterministic profiles from the gate's seed.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("profile", "seed"),
     [("explore", None), ("ci", 0), ("gate", 0), ("verdict", 0)],

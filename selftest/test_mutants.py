@@ -111,6 +111,7 @@ def test_mutant_is_caught(mutant: Mutant, tmp_path: Path, record_property) -> No
 WARNING_MUTANTS = [m for m in CATALOGUE if m.expect == "warnings"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", WARNING_MUTANTS, ids=[m.id for m in WARNING_MUTANTS])
 def test_should_mutant_passes_with_warnings(mutant: Mutant, tmp_path: Path) -> None:
     """A mutant that breaks SHOULD requirements alone passes a run without --strict (exit 0),
@@ -137,6 +138,7 @@ FAMILY_MUTANTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", sorted(FAMILY_MUTANTS))
 def test_each_reader_family_is_needed(rule: str, tmp_path: Path) -> None:
     """Deleting the cases of one reader rule lets that rule's mutant through: no other family
