@@ -16,6 +16,7 @@ from ._base import (
     ReadBack,
     values_digest,
 )
+from ._observed import ObservedFault, observed_fault
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
 from ._transfer import (
     Chunk,
@@ -76,6 +77,7 @@ __all__ = [
     "Chunk",
     "ImplInfo",
     "ImplSpec",
+    "ObservedFault",
     "PoolHandle",
     "PrefillClient",
     "PrefillJob",
@@ -84,6 +86,7 @@ __all__ = [
     "ReadBack",
     "ServerInfo",
     "Transfer",
+    "observed_fault",
     "open_adapter",
     "parse_impl",
     "values_digest",

@@ -60,7 +60,8 @@ class RefusalEvidence:
     """A call answered `actual` (None: it succeeded; "fault": it crashed or hung) where one of
     `expected` was due (empty: it had to succeed). `rules`: the requirements the input breaks
     (empty: a valid one); `envelope`: the input, when it was an envelope; `probed`: (cause id,
-    title) of a CRC mistake with which the reader accepts it (see `probe_reader`)."""
+    title) of a CRC mistake with which the reader accepts it (see `probe_reader`); `fault`:
+    the fault's message, when it faulted (what it was: an exception, a crash, a hang...)."""
 
     rules: frozenset[str]
     expected: frozenset[str]
@@ -68,6 +69,7 @@ class RefusalEvidence:
     envelope: bytes = b""
     rules_first: bool = False
     probed: tuple[str, str] | None = None
+    fault: str = ""
 
 
 @dataclass(frozen=True, eq=False)
