@@ -120,6 +120,16 @@ def passing_seconds(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., f
     return get
 
 
+def timed_run(
+    run_suite: Callable[..., SuiteRun], impl: str, report: str, args: Sequence[str]
+) -> tuple[SuiteRun, float]:
+    """A run of `args` against `impl` (report option `report`) started as a user starts it, in
+    a fresh interpreter (as `passing_seconds` measures one), and its wall time."""
+    start = time.monotonic()
+    run = run_suite(f"--impl={impl}", report, *args, timeout=RUN_BOUND, forked=False)
+    return run, time.monotonic() - start
+
+
 def first_cause(base: Path) -> dict:
     """The report's first probable cause ("start here"), of a complete report with exit 1."""
     report = assert_report(base, 1, complete=True)
@@ -333,21 +343,14 @@ def test_export_hanging_from_2_blocks_is_one_cause_blaming_nothing(
     pass after the larger ones are quarantined, and the run ends in bounded time."""
     passing = passing_seconds(f"--impl=ctypes:{reference_library()}", *EXPORT_RUN)
     base, report_arg = report_option(tmp_path)
-    start = time.monotonic()
-    run = run_suite(
-        f"--impl=ctypes:{hostile_library('stop_export_2_blocks')}",
-        report_arg,
-        *EXPORT_RUN,
-        timeout=RUN_BOUND,
-        forked=False,
-    )
-    took = time.monotonic() - start
+    library = hostile_library("stop_export_2_blocks")
+    run, took = timed_run(run_suite, f"ctypes:{library}", report_arg, EXPORT_RUN)
     assert run.returncode == 1, run.output[-4000:]
     report = assert_report(base, 1, complete=True)
     assert len(report["start_here"]) == 1, report["start_here"]
     cause = report["start_here"][0]
     assert cause["id"] == "faults-from-size:tl_kv_export"
-    assert cause["title"] == ("tl_kv_export hangs for 2 or more blocks; answered calls for 1 block")
+    assert cause["title"] == "tl_kv_export hangs for 2 or more blocks; answered calls for 1 block"
     failed = [t for t in report["tests"] if t["outcome"] == "failed"]
     assert failed
     assert sorted(cause["shown_by"]) == sorted(t["nodeid"] for t in failed)
@@ -630,15 +633,9 @@ def test_library_crashing_in_its_first_pool_gets_a_report(
     the hash cases, which need no pool, still pass, and the run ends in bounded time."""
     passing = passing_seconds(f"--impl=ctypes:{reference_library()}", *POOL_RUN)
     base, report = report_option(tmp_path)
-    start = time.monotonic()
-    run = run_suite(
-        f"--impl=ctypes:{hostile_library('crash_pool_create')}",
-        report,
-        *POOL_RUN,
-        timeout=RUN_BOUND,
-        forked=False,
+    run, took = timed_run(
+        run_suite, f"ctypes:{hostile_library('crash_pool_create')}", report, POOL_RUN
     )
-    took = time.monotonic() - start
     assert run.returncode == 1, run.output[-4000:]
     assert first_cause(base)["id"] == "fails:tl_kv_pool_create"
     assert "crashed with SIGSEGV in tl_kv_pool_create" in messages_in_order(run)[0]
