@@ -145,6 +145,8 @@ class CallLedger:
         operation when that does not depend on the input."""
         if hung:
             self._hung.add(op)
+        if fault.operation_fault is None and observed_fault(str(fault)).kind == "channel":
+            fault = ImplementationFault(str(fault), breaks_channel(self.name(op)))
         sized = self._sized_fault(op, fault, hung, size)
         if sized is not None:
             return sized
@@ -152,8 +154,6 @@ class CallLedger:
         history.append(str(fault).splitlines()[0])
         never_answered = op not in self._slowest
         operation_fault = fault.operation_fault
-        if operation_fault is None and observed_fault(str(fault)).kind == "channel":
-            operation_fault = breaks_channel(self.name(op))
         if operation_fault is None and hung and never_answered:
             operation_fault = no_answer(self.name(op))
         timeouts = sum(1 for h in history if h.startswith("timed out"))
@@ -197,8 +197,11 @@ class CallLedger:
         timeouts = sum(1 for _, line in faults if line.startswith("timed out"))
         if timeouts >= HANGS_BEFORE_QUARANTINE or len(faults) >= CRASHES_BEFORE_QUARANTINE:
             if operation_fault is None:  # it never answered, and fails (not hangs) every call
+                name = self.name(op)
                 operation_fault = OperationFault(
-                    f"fails:{self.name(op)}", f"{self.name(op)} fails on every call"
+                    f"fails:{name}",
+                    f"{name} fails on every call",
+                    yields_to=frozenset({f"{FAULTS_FROM_SIZE}:{name}"}),
                 )
             self._quarantine_from(op, faults, operation_fault)
         return ImplementationFault(str(fault), operation_fault)
