@@ -28,8 +28,8 @@ from tlkv_conformance.checks import (
     free_count,
     not_applicable,
 )
-from tlkv_conformance.diagnosis import RefusalEvidence
 from tlkv_conformance.errors import NotObservable, Refused
+from tlkv_conformance.evidence import RefusalEvidence
 from tlkv_conformance.exprs import BuildTarget
 
 if TYPE_CHECKING:  # imported plainly, pytest would try to collect the class Testee

@@ -33,14 +33,14 @@ from tlkv_conformance.checks import (
     free_count,
     not_applicable,
 )
-from tlkv_conformance.diagnosis import (
+from tlkv_conformance.errors import CorruptedGoldenFile, Refused
+from tlkv_conformance.evidence import (
     NOT_HELD,
     EnvelopeEvidence,
     KnownMistake,
     RefusalEvidence,
     SizeEvidence,
 )
-from tlkv_conformance.errors import CorruptedGoldenFile, Refused
 from tlkv_conformance.golden import (
     MANIFEST_FILE,
     GoldenEntry,

@@ -6,8 +6,9 @@ What corpus tests (the bundled ones and a user's) and users may import is in `__
 - `adapters`: the ways in to an implementation (Python module, C library, gRPC).
 - `testee`: the implementation under test, as a case sees it.
 - `runstate`: what a corpus test reads of the run (its implementations, the parity roots).
-- `cases`, `checks`, `diagnosis`, `errors`: building a case, checking an answer, the evidence
+- `cases`, `checks`, `evidence`, `errors`: building a case, checking an answer, the evidence
   a failure carries, the errors an implementation's answer becomes.
+- `diagnosis`: a failure's blame and probable causes, from its evidence.
 - `exprs`, `golden`, `strategies`: geometries, golden-vector manifests, hypothesis strategies.
 - `corpus`: where the bundled cases, conformance tests and golden blobs live.
 - `references`, `generators`: the bundled implementations, the vector generators.
@@ -27,6 +28,7 @@ __all__ = [
     "corpus",
     "diagnosis",
     "errors",
+    "evidence",
     "exprs",
     "generators",
     "golden",

@@ -13,8 +13,9 @@ import pytest
 
 from . import oracle
 from .adapters import PoolHandle, ReadBack, values_digest
-from .adapters._pysession import CALLER_ARRAY_CHANGED
-from .diagnosis import (
+from .diff import E4M3_NAN, ValueSource, envelope_diff, nan_tolerated, values_diff
+from .errors import CallerArrayChanged, ImplementationFault, NotObservable, Refused, WrongCount
+from .evidence import (
     CountEvidence,
     EnvelopeEvidence,
     Evidence,
@@ -24,8 +25,6 @@ from .diagnosis import (
     RefusalEvidence,
     ValuesEvidence,
 )
-from .diff import E4M3_NAN, ValueSource, envelope_diff, nan_tolerated, values_diff
-from .errors import ImplementationFault, NotObservable, Refused, WrongCount
 
 T = TypeVar("T")
 __all__ = [
@@ -91,7 +90,7 @@ def calls_to_testee(who: str = "") -> Iterator[None]:
                 "write changes the caller's array (the contract says it copies)",
                 ("POOL-WRITE-COPIES",),
             )
-            if CALLER_ARRAY_CHANGED in str(exc)
+            if isinstance(exc, CallerArrayChanged)
             else FaultEvidence.of(exc)
         )
         raise CaseFailure(f"{prefix}implementation fault: {exc}", evidence) from None

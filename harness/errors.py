@@ -43,6 +43,18 @@ class ImplementationFault(Exception):
         self.operation_fault = operation_fault
 
 
+class CallerArrayChanged(ImplementationFault):
+    """A pool's write changed the array its caller handed it, which stays the caller's to reuse
+    (a pool copies what it keeps): a fault that names its own mistake."""
+
+
+# The faults a worker process sends back by class name (it loads this file on its own, so its
+# classes are not the suite's): the suite raises the one of that name.
+WORKER_FAULTS: dict[str, type[ImplementationFault]] = {
+    cls.__name__: cls for cls in (ImplementationFault, CallerArrayChanged)
+}
+
+
 class WrongCount(Exception):
     """The implementation answered, in protocol, with a count the contract fixes wrongly (PushKv's
     blocks_stored + blocks_reused for the chunks it took): a failed check of `reqs`, not a fault."""

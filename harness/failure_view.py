@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from .diagnosis import EnvelopeEvidence, Evidence, ValuesEvidence
 from .diff import Layout, _as_pool_bytes, first_difference
+from .evidence import EnvelopeEvidence, Evidence, ValuesEvidence
 
 WINDOW_BYTES = 64  # the most bytes of each side a window keeps
 WINDOW_BEFORE = 16  # of them, before the first difference (rounded down to a 16-byte row)

@@ -18,8 +18,8 @@ import yaml
 
 from .cases import build_generated_case
 from .checks import CaseFailure, calls_to_testee
-from .diagnosis import FaultEvidence
 from .errors import Quarantined
+from .evidence import FaultEvidence
 from .exprs import BuildTarget
 from .testee import Testee
 

@@ -45,7 +45,7 @@ TRANSFER_TOO_LARGE = (
 PREFILL_OMITTED = (
     "a prefill case serves a client under test from a scripted decode server and checks what "
     "it recorded: a conversation, not data to hand an engine: run the suite with "
-    "--impl=prefill-py:MODULE for it"
+    "--impl=prefill-py:MODULE or --impl=prefill-exec:COMMAND for it"
 )
 
 

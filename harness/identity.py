@@ -5,6 +5,7 @@ level; recorded in the item's stash for its outcomes, and as JUnit properties.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -34,13 +35,21 @@ def record_identity(item: pytest.Item) -> None:
 def corpus_id(item: pytest.Item) -> str:
     """The test's id relative to the corpus it comes from (cases/x.yaml::case, or for a user
     folder FOLDER/x.yaml::case), the same wherever the suite is installed and pytest started."""
-    path = Path(item.path).resolve()
     rest = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-    roots = [corpus.corpus_root(), *(d.parent for d in user_case_dirs(item.config))]
+    roots = (corpus.corpus_root(), *(d.parent for d in user_case_dirs(item.config)))
+    file = _corpus_file(Path(item.path), roots)
+    return item.nodeid if file is None else f"{file}::{rest}"
+
+
+@functools.cache
+def _corpus_file(path: Path, roots: tuple[Path, ...]) -> str | None:
+    """`path` relative to the first of `roots` holding it (None: to none); once per file, not
+    per test (resolving a path costs a system call per component)."""
+    resolved = path.resolve()
     for root in roots:
-        if path.is_relative_to(root):
-            return f"{path.relative_to(root).as_posix()}::{rest}"
-    return item.nodeid
+        if resolved.is_relative_to(root):
+            return resolved.relative_to(root).as_posix()
+    return None
 
 
 def _requirements(item: pytest.Item) -> tuple[tuple[str, ...], str]:

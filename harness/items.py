@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from . import corpus
-from .cases import Case, CaseFileError, load_case_file
+from .cases import Case, CaseFileError, cached_case_file
 from .checks import CaseFailure, calls_to_testee, not_applicable
 from .runstate import parity_roots, testees_of
 from .testee import Testee
@@ -29,7 +29,7 @@ class CaseFileCollector(pytest.File):
     """A YAML case file: one item per case and implementation under test."""
 
     def collect(self) -> Iterator[CaseItem]:
-        loaded = load_case_file(self.path, corpus.corpus_root(), parity_roots(self.config)[1:])
+        loaded = cached_case_file(self.path, corpus.corpus_root(), parity_roots(self.config)[1:])
         testees = testees_of(self.config)
         for testee in testees:
             # Each implementation gets the file's cases built for the geometry it serves.

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from . import corpus, options, profiles
+from .adapters import Adapter
 from .checks import CaseFailure, is_not_applicable
 from .diagnosis import Attribution, attribute
 from .failure_view import failure_view
@@ -69,7 +70,7 @@ def _judge(
     failure = call.excinfo.value if call.excinfo is not None else None
     attribution = Attribution()
     if failed_call:
-        attribution = attribute(getattr(failure, "evidence", None), test.reqs)
+        attribution = attribute(getattr(failure, "evidence", None), test.reqs, _adapter_of(item))
     known = _apply_known_failures(item, report, call, test, attribution.blamed)
     return TestOutcome(
         test=test,
@@ -87,6 +88,13 @@ def _judge(
         view=_failure_view(item, failure) if failed_call else None,
         known=known,
     )
+
+
+def _adapter_of(item: pytest.Item) -> Adapter | None:
+    """The way in a test ran against, which the diagnosis may probe again: a YAML case's, or a
+    Python test's `testee` fixture's."""
+    testee = getattr(item, "testee", None) or getattr(item, "funcargs", {}).get("testee")
+    return testee.adapter if isinstance(testee, Testee) else None
 
 
 def _tell(

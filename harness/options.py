@@ -39,8 +39,10 @@ IMPL = Option(
     "--impl",
     "tlkv_impl",
     "implementation under test; repeat for several: ref (the bundled Python reference), "
-    "py:package.module, ctypes:PATH.so[,status-profile=FILE], grpc:HOST:PORT[,shared]; any of "
-    "them with ,geometry=BxLxHkvxD when it serves one pool geometry, and ,name=NAME",
+    "py:package.module, ctypes:PATH.so[,status-profile=FILE], grpc:HOST:PORT[,shared], and a "
+    "prefill client of tl.kv.v1 as prefill-py:package.module or prefill-exec:COMMAND (a harness "
+    "process speaking JSON lines); any of them with ,geometry=BxLxHkvxD when it serves one pool "
+    "geometry, and ,name=NAME",
     "linelist",
     [],
     (("action", "append"),),

@@ -15,14 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .diagnosis import (
-    MAX_FINDINGS,
-    Attribution,
-    Finding,
-    consequence_of,
-    findings,
-    settle,
-)
+from .diagnosis import MAX_FINDINGS, Attribution, Finding, diagnose_run
 from .requirements import Requirement, requirements
 from .result_log import (
     FAILED_LIKE,
@@ -204,18 +197,15 @@ def _charged(
 
 
 def _diagnose_run(results: Sequence[TestResult]) -> list[Finding]:
-    """The run's probable causes; a failure with no cause of its own whose symptom one of them
-    explains becomes its consequence, blamed on the cause's requirements."""
+    """The run's probable causes (tlkv_conformance.diagnosis.diagnose_run), each failed result
+    given its attribution as the run settles it."""
     failed = [r for r in results if r.outcome in FAILED_LIKE]
-    attributions = settle({r.nodeid: Attribution(r.causes, r.blamed, r.symptom) for r in failed})
-    found = findings(attributions.items())
+    run = diagnose_run({r.nodeid: Attribution(r.causes, r.blamed, r.symptom) for r in failed})
     for result in failed:
-        attribution = attributions[result.nodeid]
-        result.causes, result.blamed = attribution.causes, attribution.blamed
-        cause = consequence_of(attribution, found)
-        if cause is not None:
-            result.consequence, result.blamed = cause.id, cause.reqs
-    return found
+        settled = run.attributions[result.nodeid]
+        result.causes, result.blamed = settled.causes, settled.blamed
+        result.consequence = settled.consequence or result.consequence
+    return run.findings
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ prefill cases check a client against, never the client's own report.
 
 The script: which of the asked hashes it holds, the versions it reads (GetInfo; a chunk of
 another kv_format fails the stream with FAILED_PRECONDITION, as the spec says), its geometry,
-and the faults to inject (a status on HasBlocks; a status after chunk k of a stream; an rpc
-that never answers while the case lasts). It checks
+and the faults to inject (a status on HasBlocks; a status after chunk k of every stream or of
+the first ones; an rpc that never answers while the case lasts). It checks
 nothing itself, so a client's mistake reaches the record instead of a refusal hiding it.
 """
 
@@ -30,9 +30,11 @@ class ServerScript:
     read_versions: frozenset[int]
     held: frozenset[int] = frozenset()  # the hashes HasBlocks says it holds
     has_blocks_status: str | None = None  # HasBlocks fails with this gRPC status
-    # A PushKv stream fails with `fail_status` on receiving its chunk `fail_after` (from 0).
+    # A PushKv stream fails with `fail_status` on receiving its chunk `fail_after` (from 0):
+    # every stream, or the first `fail_streams` (a transient fault, a connection lost once).
     fail_after: int | None = None
     fail_status: str = "DATA_LOSS"
+    fail_streams: int | None = None
     # "HasBlocks" or "PushKv": that rpc does not answer until the case ends (a PushKv receives
     # its chunks, then sends no response).
     stall: str | None = None
@@ -206,7 +208,8 @@ class _Servicer:
                     message.request_id,
                 )
                 self._server._add(ChunkReceived(stream, chunk))
-                if script.fail_after is not None and received == script.fail_after:
+                faulty = script.fail_streams is None or stream < script.fail_streams
+                if received == script.fail_after and faulty:
                     self._end(stream, script.fail_status, context, "injected by the case")
                 received += 1
                 if chunk.kv_format not in script.read_versions:

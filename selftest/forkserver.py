@@ -7,7 +7,8 @@ what the zygote saves).
 This server imports them once, then forks one child per run; the child calls `pytest.main`
 with the run's arguments, working directory and environment, its output in files, exactly as
 the `python -m pytest` child would, and exits with pytest's status. Nothing is shared between
-runs: each child starts from the state the server had after its imports, before any run.
+runs: each child starts from the state the server had after its imports and after loading the
+bundled case files (which every run collects), before any run.
 
 Protocol, one JSON line each way per run: the request {args, cwd, env, stdout, stderr,
 timeout}; the answer {returncode} or {timeout: true} (the child's process group killed).
@@ -40,6 +41,19 @@ def _preload() -> None:
     # A module that started threads cannot be forked safely: grpc must be imported by the child.
     assert "grpc" not in sys.modules, "the zygote must not import grpc"
     _imported_on_purpose()
+    _load_the_corpus()
+
+
+def _load_the_corpus() -> None:
+    """Every run collects the bundled case files: loaded here once, each child collects them
+    from the zygote's copy (tlkv_conformance.cases.cached_case_file; a file changed since is
+    loaded again)."""
+    from tlkv_conformance.cases import cached_case_file
+    from tlkv_conformance.corpus import cases_dir, corpus_root
+
+    for path in sorted(cases_dir().glob("*.yaml")):
+        cached_case_file(path, corpus_root())
+    assert "grpc" not in sys.modules, "loading the corpus must not import grpc"
 
 
 def _imported_on_purpose() -> None:

@@ -11,16 +11,16 @@ import zlib
 import numpy as np
 import pytest
 from tlkv_conformance import oracle
-from tlkv_conformance.diagnosis import (
-    Attribution,
+from tlkv_conformance.adapters import Adapter, ImplInfo, PoolHandle
+from tlkv_conformance.diagnosis import Attribution, Cause, attribute, diagnose_run
+from tlkv_conformance.errors import Refused
+from tlkv_conformance.evidence import (
     EnvelopeEvidence,
     HashEvidence,
+    ReaderPool,
     RefusalEvidence,
     SizeEvidence,
     ValuesEvidence,
-    attribute,
-    consequence_of,
-    findings,
 )
 
 from selftest import vector_reader as vr
@@ -470,10 +470,6 @@ def test_refusals() -> None:
     )
     assert wrong.cause.id == "wrong-status:READ-GEOMETRY"
     assert wrong.symptom == "refused:EFORMAT"
-    probed = _diagnosed(
-        RefusalEvidence(frozenset(), frozenset(), "EFORMAT", b"x", probed=("crc-no-final-xor", "t"))
-    )
-    assert (probed.cause.id, probed.blamed) == ("crc-no-final-xor", ("READ-CRC",))
     valid = _diagnosed(RefusalEvidence(frozenset(), frozenset(), "EFORMAT", b"x"), ["READ-ACCEPT"])
     assert (valid.cause, valid.blamed, valid.symptom) == (
         None,
@@ -487,11 +483,131 @@ def test_a_symptom_explained_elsewhere_is_a_consequence() -> None:
     body = expected[:-4]
     crc = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES["crc-no-final-xor"](body)))
     refused = _diagnosed(RefusalEvidence(frozenset(), frozenset(), "EFORMAT", expected))
-    found = findings([("export", crc), ("import", refused)])
-    assert [(f.cause.id, f.shown_by, f.explains) for f in found] == [
+    run = diagnose_run({"export": crc, "import": refused})
+    assert [(f.cause.id, f.shown_by, f.explains) for f in run.findings] == [
         ("crc-no-final-xor", ["export"], ["import"])
     ]
-    assert consequence_of(refused, found) == crc.cause
+    assert run.attributions["export"] == crc
+    settled = run.attributions["import"]
+    assert (settled.consequence, settled.blamed) == ("crc-no-final-xor", ("ENV-CRC",))
+
+
+def test_the_run_puts_the_cause_it_shows_most_first() -> None:
+    """A failure matching two causes is the one the run's other failures show."""
+    first, second = (Cause(c, c, (r,)) for c, r in (("a", "HASH-CHAIN"), ("b", "HASH-INPUT")))
+    both = Attribution((first, second), ("HASH-CHAIN",))
+    run = diagnose_run({"both": both, "other": Attribution((second,), ("HASH-INPUT",))})
+    assert [c.id for c in run.attributions["both"].causes] == ["b", "a"]
+    assert run.attributions["both"].blamed == ("HASH-INPUT",)
+    assert [(f.cause.id, f.shown_by) for f in run.findings] == [("b", ["both", "other"])]
+
+
+# -- probing a reader again, through the adapter's probe operation -----------------------------
+
+
+class _Pool(PoolHandle):
+    """A reader that reads an envelope as it should (accepts a valid one, refuses an invalid
+    one with `due`) only when its trailer is `mistake`'s, and refuses anything else with
+    EFORMAT."""
+
+    def __init__(self, reader: _Reader, capacity: int) -> None:
+        super().__init__(GEOMETRY, capacity)
+        self.reader = reader
+
+    dtype = "f32"
+
+    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
+        self.reader.imports.append((self.capacity, max_blocks))
+        body, trailer = data[:-4], data[-4:]
+        if self.reader.mistake is None or trailer != CRC_MISTAKES[self.reader.mistake](body):
+            raise Refused("EFORMAT", "import")
+        if self.reader.due:
+            raise Refused(self.reader.due, "import")
+        self.reader.held += 1
+        return [7]
+
+    def release(self, block: int) -> None:
+        assert block == 7
+        self.reader.held -= 1
+
+    def close(self) -> None:
+        self.reader.open_pools -= 1
+
+    def free_blocks(self) -> int:
+        raise NotImplementedError
+
+    write = read = find = export_bytes = export = free_blocks  # type: ignore[assignment]
+
+
+class _Reader(Adapter):
+    def __init__(self, mistake: str | None, due: str = "", status_domain: str = "c") -> None:
+        super().__init__("probed")
+        self.mistake, self.due, self.status_domain = mistake, due, status_domain
+        self.imports: list[tuple[int, int]] = []
+        self.held = self.open_pools = 0
+
+    def info(self) -> ImplInfo:
+        return ImplInfo(frozenset({1}), frozenset({1}), "f32")
+
+    def block_hash(self, parent: int, tokens: list[int]) -> int:
+        raise NotImplementedError
+
+    def open_pool(self, geometry: oracle.Geometry, capacity: int) -> PoolHandle:
+        assert geometry == GEOMETRY
+        self.open_pools += 1
+        return _Pool(self, capacity)
+
+
+@pytest.mark.parametrize("mistake", sorted(CRC_MISTAKES))
+def test_a_valid_envelope_refused_is_probed_for_the_reader_crc(mistake: str) -> None:
+    envelope = oracle.encode(GEOMETRY, _blocks(), 1)
+    reader = _Reader(mistake)
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 2, 3)
+    )
+    got = attribute(refused, ["READ-ACCEPT"], reader)
+    assert (got.cause.id, got.blamed, got.note) == (mistake, ("READ-CRC",), "")
+    assert "accepted once its trailer was written that way" in got.cause.evidence
+    # Each probe a new pool with as many blocks free as the case's and its max_blocks, given
+    # back with its blocks.
+    assert reader.imports
+    assert set(reader.imports) == {(2, 3)}
+    assert (reader.open_pools, reader.held) == (0, 0)
+
+
+def test_a_rejection_refused_with_another_status_is_probed_for_the_due_one() -> None:
+    envelope = oracle.encode(GEOMETRY, _blocks(), 1)
+    rules, due = frozenset({"READ-GEOMETRY"}), frozenset({"ESHAPE"})
+    reader = _Reader("crc-ieee-polynomial", due="ESHAPE")
+    got = attribute(
+        RefusalEvidence(rules, due, "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 2, 2)),
+        [],
+        reader,
+    )
+    assert (got.cause.id, got.blamed) == ("crc-ieee-polynomial", ("READ-CRC",))
+    # Over gRPC DATA_LOSS is the CRC rule's status too: a probe would say nothing.
+    grpc = _Reader("crc-ieee-polynomial", due="DATA_LOSS", status_domain="grpc")
+    due = frozenset({"DATA_LOSS"})
+    got = attribute(
+        RefusalEvidence(rules, due, "INVALID_ARGUMENT", envelope, pool=ReaderPool(GEOMETRY, 2, 2)),
+        [],
+        grpc,
+    )
+    assert (got.cause.id, grpc.imports) == ("wrong-status:READ-GEOMETRY", [])
+
+
+def test_no_probe_without_a_pool_nor_a_cause_without_the_mistake() -> None:
+    envelope = oracle.encode(GEOMETRY, _blocks(), 1)
+    unprobed = _Reader("crc-no-final-xor")
+    got = attribute(RefusalEvidence(frozenset(), frozenset(), "EFORMAT", envelope), [], unprobed)
+    assert (got.cause, got.symptom, unprobed.imports) == (None, "valid-refused:EFORMAT", [])
+    sound = _Reader(None)  # refuses every trailer: no CRC mistake to name
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 2, 2)
+    )
+    got = attribute(refused, ["READ-ACCEPT"], sound)
+    assert (got.cause, got.blamed, got.note) == (None, ("READ-ACCEPT",), "")
+    assert len(sound.imports) >= len(CRC_MISTAKES)
 
 
 def test_a_diagnosis_never_raises() -> None:

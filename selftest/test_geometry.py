@@ -9,6 +9,7 @@ gets the geometry rule wrong fails. Every run is a child process, as a user woul
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,8 @@ GRPC_MUTANTS = ("xfer-backend-geometry-unchecked", "xfer-geometry-precondition")
 # tl.kv.v1 cannot release a block, so every run leaves its blocks on the server: a full run at
 # 16x16x8x64 stores about 310 (measured), and this server takes three runs (~512 KiB each).
 CAPACITY = 1500
+# A held block's payload is read in full before the block is shared (a prefix cache's way).
+HELD_PAYLOAD_CASE = "cases/transfer.yaml::held-block-payload-checked"
 SPEC_EXAMPLE = re.compile(r"cases/exhaustive\.yaml::(prefix|bit-flip)-\d")
 
 
@@ -133,19 +136,31 @@ def server() -> Iterator[Server]:
     started.stop()
 
 
-def test_server_at_the_geometry_passes_again_and_in_parallel(server, run_suite):
-    first = run_suite(f"--impl={server.impl}")
-    assert_passes(first, "the first run")
+def test_server_at_the_geometry_passes_again_and_in_parallel(server, run_suite, tmp_path):
+    """A decode server that is a prefix cache (--dedup: a payload for a hash it holds is read
+    in full, then the held block is shared and counted in blocks_reused), at an engine's
+    geometry, passes the whole suite twice in a row on one server, the second run with two
+    workers at once: each run, each case and each fuzzing try pushes hashes of its own, and
+    what reads the counts or the free blocks accepts a shared payload (docs/decisions.md)."""
+    runs = {}
+    for attempt, workers in (("first", ()), ("second", ("-n", "2"))):
+        report = tmp_path / attempt
+        run = run_suite(f"--impl={server.impl}", f"--conformance-report={report}", *workers)
+        assert_passes(run, f"the {attempt} run against a prefix-cache server at {GEOMETRY}")
+        assert run.outcomes[HELD_PAYLOAD_CASE] == "passed", run.outcomes.get(HELD_PAYLOAD_CASE)
+        assert "Flaky" not in run.output
+        settings = json.loads(report.with_suffix(".json").read_text(encoding="utf-8"))["settings"]
+        runs[attempt] = (run, settings["hash_salt"])
+    (first, first_salt), (again, again_salt) = runs["first"], runs["second"]
+    assert first_salt != again_salt, "each run draws a hash salt of its own"
     assert len(ran(first)) >= len(first.outcomes) / 2, (
         f"{len(ran(first))} of {len(first.outcomes)} tests ran against the server at {GEOMETRY}"
     )
     # The geometry rule at the server's own geometry, with the fields that differ swapped.
     swapped = "cases/reader-v1.yaml::geometry-layers-and-heads-swapped"
     assert first.outcomes.get(swapped) == "passed", first.outcomes.get(swapped)
-    # The server now holds the first run's blocks: the second run, two workers at once, makes
-    # its own, so the same tests run (none skipped as held from outside) and pass.
-    again = run_suite(f"--impl={server.impl}", "-n", "2")
-    assert_passes(again, "a second run, with -n 2, against the same server")
+    # The server now holds the first run's blocks: the second run makes its own, so the same
+    # tests run (none skipped as held from outside) and pass.
     assert ran(again) == ran(first), sorted(set(ran(first)) ^ set(ran(again)))[:10]
 
 

@@ -462,7 +462,7 @@ def failing_case(monkeypatch: pytest.MonkeyPatch, quarantined: bool) -> list[int
     each run of a case appends to."""
     from tlkv_conformance import fuzzing
     from tlkv_conformance.checks import CaseFailure
-    from tlkv_conformance.diagnosis import FaultEvidence
+    from tlkv_conformance.evidence import FaultEvidence
 
     runs: list[int] = []
 
@@ -1338,7 +1338,8 @@ def test_a_fault_message_is_titled_as_what_it_says(message, title):
     """Each way a way in words a fault (an exception, a crash, an exit, a hang, a status breach,
     a broken channel) gives a title of its own, with the operation; "an implementation fault"
     when the message says nothing more. A refusal case's fault cause carries it."""
-    from tlkv_conformance.diagnosis import RefusalEvidence, attribute
+    from tlkv_conformance.diagnosis import attribute
+    from tlkv_conformance.evidence import RefusalEvidence
 
     evidence = RefusalEvidence(
         frozenset({"READ-MAGIC"}), frozenset({"EFORMAT"}), "fault", b"", fault=message
@@ -1355,8 +1356,9 @@ def test_an_operation_fault_is_a_probable_cause_of_its_own():
     """A fault that says what the operation does whatever the input is a cause in "start here",
     blamed on none (the requirements the test cites were not shown); any other fault is a
     symptom, as before."""
-    from tlkv_conformance.diagnosis import FaultEvidence, attribute
+    from tlkv_conformance.diagnosis import attribute
     from tlkv_conformance.errors import OperationFault
+    from tlkv_conformance.evidence import FaultEvidence
 
     never = OperationFault("no-answer:PushKv", "PushKv does not answer")
     named = attribute(FaultEvidence("timed out after 2 s in PushKv", False, never), ["XFER-TAIL"])

@@ -100,6 +100,8 @@ PLANTED = {
         "from .. import gate",
         (LAYERS, ACYCLIC),
     ),
+    # The diagnosis is entered where a test is judged, never from a check or a case kind.
+    "a check imports the diagnosis": ("checks.py", "from .diagnosis import attribute", (LAYERS,)),
     # Within one layer, where either may import the other, but not both.
     "the report's model imports the known failures": (
         "report.py",

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from tlkv_conformance import oracle
 from tlkv_conformance.checks import NAN_BITS_DIFFER, CaseFailure, compare_envelopes
-from tlkv_conformance.diagnosis import ValuesEvidence, attribute
+from tlkv_conformance.diagnosis import attribute
 from tlkv_conformance.diff import values_diff
+from tlkv_conformance.evidence import ValuesEvidence
 
 GEOMETRY = oracle.Geometry(4, 1, 1, 8)  # 64 elements a block
 NANS = (0x7E55, 0xFE00, 0xFFFF, 0x7E00)  # quiet NaNs of both signs, with payloads

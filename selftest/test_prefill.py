@@ -5,12 +5,15 @@ hangs, exits or answers garbage (a failed case, the run goes on); the reference 
 
 from __future__ import annotations
 
+import shlex
+import sys
 import time
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+import yaml
 from tlkv_conformance import oracle
 from tlkv_conformance.adapters import Chunk, PushCounts, parse_impl
 from tlkv_conformance.adapters._grpc_client import chunk_message
@@ -26,7 +29,7 @@ from tlkv_conformance.scripted_server import (
     StreamEnded,
 )
 
-from selftest.support import run_conformance
+from selftest.support import ROOT, run_conformance
 
 GEOMETRY = oracle.Geometry(2, 1, 1, 2)
 REFERENCE = "prefill-py:tlkv_conformance.references.prefill_client"
@@ -127,7 +130,9 @@ def test_reference_client_passes_and_other_impls_skip(tmp_path: Path) -> None:
     # Every other way in skips them, saying why (here all of the file: nothing to show).
     skipped = run_conformance(["--impl=ref", CASES], tmp_path)
     assert set(skipped.outcomes.values()) == {"skipped"}, skipped.outcomes
-    assert "ref is not one (--impl prefill-py:package.module)" in skipped.output
+    assert "ref is not one (--impl prefill-py:package.module or prefill-exec:COMMAND)" in (
+        skipped.output
+    )
 
 
 def test_a_module_without_the_protocol_is_one_line(tmp_path: Path) -> None:
@@ -182,6 +187,278 @@ def test_a_client_reporting_success_after_data_loss_is_caught(tmp_path: Path) ->
         pythonpath=tmp_path,
     )
     assert run.returncode == 1, run.output[-3000:]
-    refused = [f"{CASES}::data-loss-reported", f"{CASES}::unavailable-reported"]
+    refused = [
+        f"{CASES}::data-loss-reported",
+        f"{CASES}::unavailable-once-mid-stream-reported",
+        f"{CASES}::unavailable-reported",
+    ]
     assert run.failed == refused, run.outcomes
     assert {run.diagnoses[node] for node in refused} == {"prefill-silent-failure"}
+
+
+# -- the harness-process way in (prefill-exec:COMMAND) ------------------------------------------
+
+REFERENCE_HARNESS = shlex.join(
+    [sys.executable, "-m", "tlkv_conformance.references.prefill_harness"]
+)
+
+
+def test_harness_impl_spelling() -> None:
+    spec = parse_impl("prefill-exec:./engine-harness --port-base 9000,name=engine")
+    assert (spec.kind, spec.target, spec.identity) == (
+        "prefill-exec",
+        "./engine-harness --port-base 9000",
+        "engine",
+    )
+    with pytest.raises(SuiteUsageError, match="No closing quotation"):
+        parse_impl("prefill-exec:./harness 'unclosed")
+    with pytest.raises(SuiteUsageError, match="no command given"):
+        parse_impl("prefill-exec: ")
+
+
+def test_reference_harness_passes(tmp_path: Path) -> None:
+    run = run_conformance([f"--impl=prefill-exec:{REFERENCE_HARNESS}", "--strict", CASES], tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    every_case = yaml.safe_load((ROOT / CASES).read_text(encoding="utf-8"))["cases"]
+    assert len(run.passed) == len(run.outcomes) == len(every_case), run.outcomes
+
+
+def test_the_example_harness_copied_out_of_the_package_runs(tmp_path: Path) -> None:
+    """README: an engine team copies the bundled harness and runs it as a script of its own."""
+    from tlkv_conformance.references import prefill_harness
+
+    copy = tmp_path / "my_harness.py"
+    copy.write_bytes(Path(prefill_harness.__file__).read_bytes())
+    command = shlex.join([sys.executable, str(copy)])
+    run = run_conformance([f"--impl=prefill-exec:{command}", CASES, "-k", "held"], tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    assert len(run.passed) == len(run.outcomes) >= 3, run.outcomes
+
+
+def test_a_harness_command_not_found_is_one_line(tmp_path: Path) -> None:
+    run = run_conformance(["--impl=prefill-exec:no-such-harness --flag", CASES], tmp_path)
+    assert run.returncode == 4, run.output[-3000:]
+    errors = [line for line in run.output.splitlines() if line.startswith("ERROR")]
+    assert errors == [
+        "ERROR: --impl prefill-exec:no-such-harness --flag: command 'no-such-harness' not "
+        "found (not on PATH, nor an executable file)"
+    ], run.output[-3000:]
+    assert "Traceback" not in run.output
+
+
+# A harness speaks in protocol up to the point where it goes wrong (`start` or `run`).
+_HARNESS = """\
+import json, sys, time
+GREETING = {{"type": "started", "protocol": 1, "name": "hostile", "write_versions": [1, 2],
+            "geometry": None, "kv_from_suite": True}}
+for line in sys.stdin:
+    message = json.loads(line)
+    if message["type"] == "start":
+        {start}
+    elif message["type"] == "run":
+        {run}
+    else:
+        break
+"""
+_GREET = "print(json.dumps(GREETING), flush=True)"
+# Each harness going wrong in one way: it must fail its cases with the reason, in one line, and
+# the run must go on to the end (exit 1, every case reported) in bounded time.
+HOSTILE_HARNESSES = {
+    "crashes-at-start": (
+        "sys.stderr.write('engine: no device\\n'); sys.exit(3)",
+        "pass",
+        "the harness exited with status 3 (its last line on stderr: 'engine: no device') "
+        "before answering start",
+    ),
+    "garbage-line": (
+        _GREET,
+        "print('pushing 3 blocks...', flush=True)",
+        "the harness answered a run with a line that is not JSON: 'pushing 3 blocks...'",
+    ),
+    "floods-stdout": (
+        _GREET,
+        "sys.stdout.write('x' * (3 << 20)); sys.stdout.flush()",
+        "the harness answered a run with a line longer than 1048576 bytes",
+    ),
+    "hangs-on-a-job": (_GREET, "time.sleep(60)", "timed out after 2 s in harness run"),
+    "another-protocol": (
+        "print(json.dumps({**GREETING, 'protocol': 2}), flush=True)",
+        "pass",
+        "the harness speaks protocol 2; the suite speaks 1",
+    ),
+    "exits-mid-run": (
+        _GREET,
+        "sys.exit(0)",
+        "the harness exited with status 0 before answering a run",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(HOSTILE_HARNESSES))
+def test_a_hostile_harness_fails_its_cases_and_the_run_goes_on(how: str, tmp_path: Path) -> None:
+    start, run_body, reason = HOSTILE_HARNESSES[how]
+    script = tmp_path / f"{how}.py"
+    script.write_text(_HARNESS.format(start=start, run=run_body))
+    command = shlex.join([sys.executable, str(script)])
+    started = time.monotonic()
+    run = run_conformance(
+        [f"--impl=prefill-exec:{command}", "--call-timeout=2", CASES, "-k", "fresh or held"],
+        tmp_path,
+    )
+    took = time.monotonic() - started
+    assert run.returncode == 1, run.output[-3000:]
+    assert len(run.failed) == len(run.outcomes) >= 3, run.outcomes
+    first = run.messages[run.failed[0]]
+    assert reason in first, first
+    assert "Traceback" not in run.output
+    # A hang costs one call's wait and one short wait, then the run is quarantined.
+    assert took < 40, took
+    assert not _processes_running(script), "a harness outlived the run"
+
+
+def _processes_running(script: Path) -> list[int]:
+    """The processes whose command line names `script`."""
+    running = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(script).encode() in cmdline.read_bytes().split(b"\0"):
+                running.append(int(cmdline.parent.name))
+        except OSError:  # it ended while we looked
+            continue
+    return running
+
+
+# The reference harness with its greeting or its client changed (a wrapper script).
+_WRAPPED = """\
+from tlkv_conformance.references import prefill_client, prefill_harness
+{change}
+prefill_harness.main()
+"""
+
+
+def _wrapped_harness(tmp_path: Path, change: str) -> str:
+    script = tmp_path / "wrapped_harness.py"
+    script.write_text(_WRAPPED.format(change=change))
+    return "prefill-exec:" + shlex.join([sys.executable, str(script)])
+
+
+def _push_replaced(*body: str) -> str:
+    """The change to the reference harness that makes `body` its client's push(job)."""
+    return "\n".join(
+        ["real_push = prefill_client.push", "def push(job):"]
+        + [f"    {line}" for line in body]
+        + ["prefill_client.push = push"]
+    )
+
+
+def test_the_geometry_a_harness_serves_is_the_one_its_jobs_have(tmp_path: Path) -> None:
+    served = "{'block_tokens': 3, 'n_layers': 1, 'n_kv_heads': 2, 'head_dim': 4}"
+    change = f"prefill_harness.GREETING['geometry'] = {served}\n" + _push_replaced(
+        "geometry = [job[k] for k in ('block_tokens', 'n_layers', 'n_kv_heads', 'head_dim')]",
+        "assert geometry == [3, 1, 2, 4], f'a job at {geometry}'",
+        "return real_push(job)",
+    )
+    impl = _wrapped_harness(tmp_path, change)
+    run = run_conformance([f"--impl={impl}", CASES, "-k", "held"], tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    assert len(run.passed) == len(run.outcomes) >= 3, run.outcomes
+    # Told another geometry on the command line: bad input, one line.
+    conflict = run_conformance([f"--impl={impl},geometry=4x2x2x8", CASES], tmp_path)
+    assert conflict.returncode == 4, conflict.output[-3000:]
+    assert "geometry=4x2x2x8 given, but the harness serves 3x1x2x4" in conflict.output
+
+
+def test_a_harness_reporting_an_error_fails_its_cases_and_stays(tmp_path: Path) -> None:
+    change = _push_replaced("raise ConnectionError('decode side unreachable')")
+    run = run_conformance(
+        [f"--impl={_wrapped_harness(tmp_path, change)}", CASES, "-k", "held"], tmp_path
+    )
+    assert run.returncode == 1, run.output[-3000:]
+    assert len(run.failed) == len(run.outcomes) >= 3, run.outcomes
+    expected = "the harness reported an error: ConnectionError: decode side unreachable"
+    assert all(expected in run.messages[node] for node in run.failed), run.messages
+
+
+def test_a_harness_that_cannot_push_the_suites_kv_is_skipped_saying_so(tmp_path: Path) -> None:
+    impl = _wrapped_harness(tmp_path, "prefill_harness.GREETING['kv_from_suite'] = False")
+    run = run_conformance([f"--impl={impl}", CASES], tmp_path)
+    assert set(run.outcomes.values()) == {"skipped"}, run.outcomes
+    assert "pushes its engine's own KV only (kv_from_suite false)" in run.output
+    assert run.returncode == 6, run.output[-3000:]  # nothing shown: never a pass
+
+
+# The reference client, retrying a stream that broke with UNAVAILABLE in one of three ways
+# (its stub wrapped): the whole sequence again, the rest from where it broke, or the whole
+# sequence with empty payloads for the blocks the broken stream carried.
+_RETRYING_CLIENT = """\
+import grpc
+from tlkv_conformance.references import prefill_client
+from tlkv_conformance.references.grpc_server import messages as pb
+
+WRITE_VERSIONS = prefill_client.WRITE_VERSIONS
+push = prefill_client.push
+Stub = prefill_client._Stub
+
+
+class RetryingStub(Stub):
+    def __init__(self, channel):
+        super().__init__(channel)
+        once = self.push_kv
+
+        def push_kv(chunks, timeout):
+            chunks, sent = list(chunks), []
+
+            def counted():
+                for chunk in chunks:
+                    sent.append(chunk)
+                    yield chunk
+
+            try:
+                return once(counted(), timeout=timeout)
+            except grpc.RpcError as error:
+                if error.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+            if "{mode}" == "resume":
+                chunks = chunks[len(sent) - 1 :]
+            elif "{mode}" == "assume-kept":
+                chunks = [
+                    pb.KvChunk(request_id=c.request_id, index=c.index, kv_format=c.kv_format,
+                               block_hash=c.block_hash)
+                    if c in sent[:-1] and c.block_hash else c
+                    for c in chunks
+                ]
+            return once(iter(chunks), timeout=timeout)
+
+        self.push_kv = push_kv
+
+
+prefill_client._Stub = RetryingStub
+"""
+RETRIES = {
+    "whole": None,
+    "resume": "prefill-chunk-index",
+    "assume-kept": "prefill-empty-unconfirmed",
+}
+
+
+@pytest.mark.parametrize("mode", sorted(RETRIES))
+def test_a_retry_after_a_broken_stream_is_the_whole_sequence(mode: str, tmp_path: Path) -> None:
+    module = tmp_path / f"retrying_client_{mode.replace('-', '_')}.py"
+    module.write_text(_RETRYING_CLIENT.format(mode=mode))
+    run = run_conformance(
+        [f"--impl=prefill-py:{module.stem}", "--strict", CASES, "-k", "mid-stream"],
+        tmp_path,
+        pythonpath=tmp_path,
+    )
+    cases = [f"{CASES}::unavailable-mid-stream", f"{CASES}::unavailable-once-mid-stream"]
+    # Whatever the retry sent, the client reports what the server answered it.
+    reported = f"{CASES}::unavailable-once-mid-stream-reported"
+    assert sorted(run.outcomes) == sorted([*cases, reported]), run.outcomes
+    assert run.outcomes[reported] == "passed", run.outcomes
+    if RETRIES[mode] is None:
+        assert run.returncode == 0, run.output[-3000:]
+        assert set(run.passed) >= set(cases), run.outcomes
+    else:
+        assert run.returncode == 1, run.output[-3000:]
+        assert run.failed == cases, run.outcomes
+        assert {run.diagnoses[node] for node in cases} == {RETRIES[mode]}, run.diagnoses

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tlkv_conformance.diagnosis import ValuesEvidence
+from tlkv_conformance.evidence import ValuesEvidence
 from tlkv_conformance.failure_view import WINDOW_BYTES, failure_view
 from tlkv_conformance.report_html import render_html
 

@@ -17,6 +17,7 @@ from ._base import (
     values_digest,
 )
 from ._observed import ObservedFault, observed_fault
+from ._pysession import REUSED_BUFFER_VALUE
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
 from ._transfer import (
     Chunk,
@@ -60,7 +61,7 @@ def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
         from ._grpc import GrpcAdapter
 
         return GrpcAdapter(spec, settings)
-    if spec.kind == "prefill-py":
+    if spec.kind in ("prefill-py", "prefill-exec"):
         from ._prefill import PrefillAdapter
 
         return PrefillAdapter(spec, settings)
@@ -70,6 +71,7 @@ def open_adapter(spec: ImplSpec, settings: AdapterSettings) -> Adapter:
 __all__ = [
     "ACCEPTED_FORMS",
     "GRPC_STATUS_OF",
+    "REUSED_BUFFER_VALUE",
     "STATUS_CODES",
     "Adapter",
     "AdapterSettings",

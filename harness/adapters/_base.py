@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import NotObservable
+from ..errors import ImplementationFault, NotObservable, Refused
 from ..oracle import Geometry
 from ._transfer import PrefillClient, Transfer
 
@@ -59,6 +60,8 @@ class Capability:
     RETAIN = "a second reference to a block (retain)"
     # Not in ALL either: pushing a prompt as the prefill side (a prefill client, alone).
     PREFILL = "the prefill side of tl.kv.v1 (pushing to a decode server)"
+    # With PREFILL: it pushes the KV the suite gives it (a job's kv_path), checked byte for byte.
+    SUITE_KV = "pushing the KV the suite gives it"
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,6 +169,25 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     def open_pool(self, geometry: Geometry, capacity: int) -> PoolHandle: ...
+
+    def probe_import(
+        self, geometry: Geometry, capacity: int, data: bytes, max_blocks: int
+    ) -> str | None:
+        """The diagnosis' one call into the implementation, made after a test has failed
+        (docs/diagnosis.md, "How a reader's mistake is found"): how a new pool of `geometry`
+        and `capacity` answers an import of `data` with `max_blocks`. None when it accepts it,
+        else the refusal's status; the blocks it imports are released and the pool closed
+        again. Raises ImplementationFault, NotObservable and Refused (a pool refused) as any
+        call does."""
+        with self.open_pool(geometry, capacity) as pool:
+            try:
+                blocks = pool.import_envelope(data, max_blocks)
+            except Refused as refusal:
+                return refusal.code
+            for block in blocks:
+                with contextlib.suppress(Refused, ImplementationFault, NotObservable):
+                    pool.release(block)
+        return None
 
     def close(self) -> None:  # noqa: B027 - most adapters hold nothing
         """Release whatever the adapter holds (a worker, a channel)."""

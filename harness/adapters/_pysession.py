@@ -20,9 +20,14 @@ from typing import Any, TypeVar
 import numpy as np
 
 try:  # part of the package, in the suite's process
-    from ..errors import ImplementationFault, Refused, SuiteUsageError
+    from ..errors import CallerArrayChanged, ImplementationFault, Refused, SuiteUsageError
 except ImportError:  # in a worker, loaded on its own: the worker loaded errors.py first
-    from tlkv_worker_errors import ImplementationFault, Refused, SuiteUsageError  # type: ignore
+    from tlkv_worker_errors import (  # type: ignore
+        CallerArrayChanged,
+        ImplementationFault,
+        Refused,
+        SuiteUsageError,
+    )
 
 STATUS_CODES = ("EINVAL", "ENOMEM", "EFORMAT", "ESHAPE", "ENOTFOUND")
 POOL_DTYPES = ("f16", "f32")
@@ -38,9 +43,9 @@ REQUIRED_POOL_METHODS = (
     "import_envelope",
 )
 # What the suite writes over its own array after Pool.write returns, as a caller reusing its
-# buffer would: a module that kept a reference instead of a copy then reads these back.
-POISON = np.float32(-1.2345e-5)
-CALLER_ARRAY_CHANGED = "Pool.write changed the caller's kv array"
+# buffer would: a module that kept a reference instead of a copy then reads these back. Public
+# (tlkv_conformance.adapters.REUSED_BUFFER_VALUE): the diagnosis recognises it.
+REUSED_BUFFER_VALUE = np.float32(-1.2345e-5)
 
 T = TypeVar("T")
 
@@ -166,11 +171,12 @@ class ModuleSession:
             "Pool.write", self._method(pool_id, "write", block_hash, n_tokens, values), int
         )
         if not np.array_equal(values.view(np.uint32), given.view(np.uint32)):
-            raise ImplementationFault(
-                f"{CALLER_ARRAY_CHANGED} (the array belongs to the caller; a pool copies what "
-                "it keeps)"
+            raise CallerArrayChanged(
+                "Pool.write changed the caller's kv array (the array belongs to the caller; a "
+                "pool copies what it keeps)"
             )
-        values.fill(POISON)  # the caller reuses its buffer: a pool holding a reference sees it
+        # The caller reuses its buffer: a pool holding a reference sees it.
+        values.fill(REUSED_BUFFER_VALUE)
         return block
 
     def read(self, pool_id: int, block: int) -> tuple[int, int, bytes]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 
 from ..errors import SuiteUsageError
@@ -17,6 +18,7 @@ ACCEPTED_FORMS = (
     "ctypes:PATH.so[,status-profile=FILE.yaml]",
     "grpc:HOST:PORT[,shared]",
     "prefill-py:package.module (a prefill client of tl.kv.v1)",
+    "prefill-exec:COMMAND (a prefill client's harness process, JSON lines; no comma in COMMAND)",
     "any of them with ,geometry=BxLxHkvxD (the one pool geometry it serves) and ,name=NAME "
     "(the implementation's identity)",
 )
@@ -34,6 +36,7 @@ _OPTION_KEYS = {
     "ctypes": _COMMON | {"status-profile"},
     "grpc": _COMMON | {SHARED_OPTION},
     "prefill-py": _COMMON,
+    "prefill-exec": _COMMON,
 }
 _FLAGS = frozenset({SHARED_OPTION})  # options given without a value
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -42,8 +45,8 @@ _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 
 @dataclass(frozen=True)
 class ImplSpec:
-    """A parsed --impl value: `kind` is py, ctypes, grpc or prefill-py; `target` a module, path
-    or address."""
+    """A parsed --impl value: `kind` is py, ctypes, grpc, prefill-py or prefill-exec; `target` a
+    module, path, address or command."""
 
     text: str
     kind: str
@@ -102,6 +105,8 @@ def parse_impl(text: str) -> ImplSpec:
         raise _usage(text, f"{target!r} is not a dotted module name")
     if kind == "ctypes" and not target:
         raise _usage(text, "no library path given")
+    if kind == "prefill-exec":
+        harness_command(text, target)
     if kind == "grpc":
         match = _HOST_PORT.match(target)
         if not match or not 0 < int(match.group(2)) < 65536:
@@ -113,3 +118,14 @@ def parse_impl(text: str) -> ImplSpec:
         except ValueError as exc:
             raise _usage(text, str(exc)) from None
     return ImplSpec(text, kind, target, options, geometry)
+
+
+def harness_command(text: str, target: str) -> list[str]:
+    """A prefill-exec command split as a POSIX shell would (quotes kept together)."""
+    try:
+        command = shlex.split(target)
+    except ValueError as exc:
+        raise _usage(text, f"the command {target!r}: {exc}") from None
+    if not command:
+        raise _usage(text, "no command given")
+    return command

@@ -8,7 +8,8 @@ only the standard library, and loads errors.py and its session's module from the
 starts fast and without the suite.
 
 A message is a 4-byte little-endian length and a pickle. A request is (op, args); op names a
-session method (or "load"). A reply is (kind, value).
+session method (or "load"). A reply is (kind, value); a fault's value is (its class's name in
+errors.py, its message), so that the suite raises the same class (errors.WORKER_FAULTS).
 """
 
 from __future__ import annotations
@@ -182,11 +183,12 @@ def _serve(
         except Refused as exc:
             reply = (REFUSED, (exc.code, exc.call, exc.detail))
         except ImplementationFault as exc:
-            reply = (FAULT, str(exc))
+            reply = (FAULT, (type(exc).__name__, str(exc)))
         except SuiteUsageError as exc:
             reply = (USAGE, str(exc))
         except SystemExit as exc:  # a Python module calling sys.exit() in a call
-            reply = (FAULT, f"raised SystemExit({exc.code!r}) in {session_class.CALLS.get(op, op)}")
+            exited = f"raised SystemExit({exc.code!r}) in {session_class.CALLS.get(op, op)}"
+            reply = (FAULT, (ImplementationFault.__name__, exited))
         except Exception as exc:
             import traceback
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ImplementationFault, Refused, SuiteUsageError
+from ..errors import WORKER_FAULTS, ImplementationFault, Refused, SuiteUsageError
 from . import _worker
 from ._observed import CHANNEL_BROKEN
 from ._quarantine import CallLedger
@@ -263,7 +263,8 @@ class WorkerChannel:
         if kind == REFUSED:
             raise Refused(*value)
         if kind == FAULT:
-            raise ImplementationFault(value)
+            name, message = value
+            raise WORKER_FAULTS.get(name, ImplementationFault)(message)
         if kind == USAGE:
             raise SuiteUsageError(value)
         raise RuntimeError(f"the worker failed {where} (a bug of the suite):\n{value}")

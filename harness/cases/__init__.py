@@ -1,6 +1,12 @@
 """YAML conformance cases: the file format (case-schema.yaml, docs/cases.md), loading, kinds."""
 
-from ._loader import CaseFile, CaseFileError, build_generated_case, load_case_file
+from ._loader import (
+    CaseFile,
+    CaseFileError,
+    build_generated_case,
+    cached_case_file,
+    load_case_file,
+)
 from ._sources import (
     BlockPlan,
     CaseDataError,
@@ -22,6 +28,7 @@ __all__ = [
     "EnvelopeResolver",
     "RejectCase",
     "build_generated_case",
+    "cached_case_file",
     "check_imported",
     "load_case_file",
     "mutate",

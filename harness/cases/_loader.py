@@ -106,8 +106,9 @@ class CaseFile:
         self._envelopes = document.get("envelopes", {})
         self._root = root
         self._golden_roots = tuple(golden_roots)
-        self._built: dict[BuildTarget, tuple[Case, ...]] = {}
         self.cases = self._build_all(self.default, strict=True)
+        # Built strictly at its own geometry, the file's cases are what `cases_for` would build.
+        self._built: dict[BuildTarget, tuple[Case, ...]] = {self.default: self.cases}
 
     def cases_for(self, target: BuildTarget) -> tuple[Case, ...]:
         """The file's cases built for `target` (cached)."""
@@ -181,6 +182,21 @@ def load_case_file(path: Path, root: Path, golden_roots: Sequence[Path] = ()) ->
         return CaseFile(path, document.get("title", path.stem), document, specs, root, golden_roots)
     except (NotApplicable, ValueError) as exc:
         raise CaseFileError(f"{shown}: the file's geometry: {exc}") from None
+
+
+_LOADED: dict[tuple[Any, ...], CaseFile] = {}
+
+
+def cached_case_file(path: Path, root: Path, golden_roots: Sequence[Path] = ()) -> CaseFile:
+    """load_case_file, once per process for a file as it is on disk: a process that runs the
+    suite several times (the self-test's zygote, selftest/forkserver.py) loads the corpus once,
+    and a file changed since (its size, time or inode) is loaded again."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    key = (resolved, stat.st_mtime_ns, stat.st_size, stat.st_ino, root, tuple(golden_roots))
+    if key not in _LOADED:
+        _LOADED[key] = load_case_file(path, root, golden_roots)
+    return _LOADED[key]
 
 
 def _build_case(raw: Mapping[str, Any], ctx: FileContext) -> list[Case]:

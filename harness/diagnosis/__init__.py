@@ -1,24 +1,27 @@
 """From a failure to the bug: which requirements a failed test is blamed on, and which known
-mistake its differences match (docs/report.md, "Diagnosis").
+mistake its differences match (docs/diagnosis.md).
 
-A failing check attaches what it saw (an `Evidence`) to its `CaseFailure`. `attribute` turns it
-into an `Attribution`: the causes whose signature matches (a mistaken computation done again
-here gives exactly the bytes or values the implementation gave), and the blamed requirements,
-those whose own bytes or fields differ; a difference that follows from another (a CRC that
-differs because the payload does) is not blamed. `findings` gathers a run's causes, with the
-failures each one explains, for the report's "start here" section.
+One stage with two entry points. A failing check attaches what it saw (an `Evidence`, from
+tlkv_conformance.evidence) to its `CaseFailure`; `attribute`, called once where the test is
+judged, turns it into an `Attribution`: the causes whose signature matches (a mistaken
+computation done again here gives exactly the bytes or values the implementation gave), and the
+blamed requirements, those whose own bytes or fields differ; a difference that follows from
+another (a CRC that differs because the payload does) is not blamed. Where the evidence asks for
+it, `attribute` probes the implementation again through the adapter's one probe operation
+(`probe_reader`). At the end of the run `diagnose_run` settles the failures' attributions
+against each other and gathers the run's causes, with the failures each one explains, for the
+report's "start here" section.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from .. import oracle
-from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
-from ._envelope import envelope_attribution
-from ._evidence import (
+from ..adapters import Adapter
+from ..evidence import (
     CountEvidence,
     EnvelopeEvidence,
     Evidence,
@@ -31,6 +34,8 @@ from ._evidence import (
     StaleHashEvidence,
     ValuesEvidence,
 )
+from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
+from ._envelope import envelope_attribution
 from ._faults import fault_title
 from ._probe import probe_reader
 from ._signatures import CRC_CAUSES, hash_causes, reader_crc_cause
@@ -38,43 +43,30 @@ from ._values import values_attribution
 
 __all__ = [
     "MAX_FINDINGS",
-    "NOT_HELD",
     "Attribution",
     "Cause",
-    "CountEvidence",
-    "EnvelopeEvidence",
-    "Evidence",
-    "FaultEvidence",
     "Finding",
-    "HashEvidence",
-    "KnownMistake",
-    "PoolChangeEvidence",
-    "RefusalEvidence",
-    "SizeEvidence",
-    "StaleHashEvidence",
-    "ValuesEvidence",
+    "RunDiagnosis",
     "attribute",
-    "consequence_of",
-    "findings",
-    "probe_reader",
-    "settle",
+    "diagnose_run",
 ]
 
 MAX_FINDINGS = 5  # causes a report shows first ("start here")
 # A pool that runs out of blocks too early refuses writes and imports for want of room.
 OUT_OF_BLOCKS = frozenset(VALID_REFUSED.format(code=c) for c in ("ENOMEM", "RESOURCE_EXHAUSTED"))
-# A find that fails after an import or a write: over gRPC find is HasBlocks, so a HasBlocks
-# that never says "held" accounts for it when the run shows one.
-NOT_HELD = frozenset({"hasblocks-never-held"})
 
 
-def attribute(evidence: Evidence | None, cited: Sequence[str]) -> Attribution:
+def attribute(
+    evidence: Evidence | None, cited: Sequence[str], implementation: Adapter | None = None
+) -> Attribution:
     """The attribution of one failure, from its evidence and the requirements its test cites.
-    Never raises: a diagnosis that cannot be made leaves the blame on what the test cites."""
+    `implementation`: the way in the test ran against, probed again where the evidence names
+    the pool that refused an envelope (`probe_reader`). Never raises: a diagnosis that cannot be
+    made leaves the blame on what the test cites."""
     if evidence is None:
         return Attribution(blamed=tuple(cited), note="no evidence recorded")
     try:
-        causes, fields, symptom = _analyse(evidence, cited)
+        causes, fields, symptom = _analyse(evidence, cited, implementation)
     except Exception as exc:  # a diagnosis must never hide the failure itself
         return Attribution(blamed=tuple(cited), note=f"diagnosis failed: {exc!r}")
     if causes:
@@ -89,7 +81,9 @@ def attribute(evidence: Evidence | None, cited: Sequence[str]) -> Attribution:
     return Attribution(tuple(causes), blamed, symptom)
 
 
-def _analyse(evidence: Evidence, cited: Sequence[str]) -> tuple[list[Cause], set[str], str]:
+def _analyse(
+    evidence: Evidence, cited: Sequence[str], implementation: Adapter | None
+) -> tuple[list[Cause], set[str], str]:
     if isinstance(evidence, HashEvidence):
         causes = hash_causes(evidence.parent, evidence.tokens, evidence.expected, evidence.actual)
         return causes, {"HASH-INPUT", "HASH-CHAIN", "HASH-FNV", "HASH-ZERO"}, ""
@@ -112,7 +106,8 @@ def _analyse(evidence: Evidence, cited: Sequence[str]) -> tuple[list[Cause], set
         causes, fields = values_attribution(evidence)
         return causes, fields, ""
     if isinstance(evidence, RefusalEvidence):
-        return _refusal(evidence)
+        probed = probe_reader(implementation, evidence) if implementation is not None else None
+        return _refusal(evidence, probed)
     if isinstance(evidence, PoolChangeEvidence):
         cause = Cause(
             "non-atomic",
@@ -173,14 +168,18 @@ def _analyse(evidence: Evidence, cited: Sequence[str]) -> tuple[list[Cause], set
     return [], set(), ""
 
 
-def _refusal(ev: RefusalEvidence) -> tuple[list[Cause], set[str], str]:
+def _refusal(
+    ev: RefusalEvidence, probed: tuple[str, str] | None
+) -> tuple[list[Cause], set[str], str]:
+    """`probed`: (cause id, title) of a CRC mistake with which the reader reads the refused
+    envelope as it should have (`probe_reader`)."""
     expected = " or ".join(sorted(ev.expected)) or "success"
     # In the order a reader applies them (the spec's), so that the first is the check that
     # should have stopped the input.
     order = list(oracle.READER_RULES)
     rules = tuple(sorted(ev.rules, key=lambda r: (order.index(r) if r in order else len(order), r)))
-    if ev.probed is not None:
-        cause = reader_crc_cause(*ev.probed, ev.actual or "")
+    if probed is not None:
+        cause = reader_crc_cause(*probed, ev.actual or "")
         return [cause], set(cause.reqs), ""
     if not ev.rules:  # a valid input
         symptom = VALID_REFUSED.format(code=ev.actual) if ev.actual else ""
@@ -253,7 +252,34 @@ def _refusal(ev: RefusalEvidence) -> tuple[list[Cause], set[str], str]:
     return causes, set(rules), REFUSED_INSTEAD.format(code=ev.actual)
 
 
-def settle(attributions: dict[str, Attribution]) -> dict[str, Attribution]:
+@dataclass(frozen=True)
+class RunDiagnosis:
+    """A run's diagnosis: each failed test's attribution settled against the run's other
+    failures (with its `consequence`, when one of the run's causes explains it), and the run's
+    probable causes, the most tests first."""
+
+    attributions: dict[str, Attribution]
+    findings: list[Finding]
+
+
+def diagnose_run(failures: Mapping[str, Attribution]) -> RunDiagnosis:
+    """The run's diagnosis from its failed tests' attributions (test -> `attribute`'s answer).
+    Where one failure matches several causes, the one the run shows most comes first; a failure
+    whose symptom a cause found elsewhere explains (a valid envelope refused with EFORMAT, by a
+    reader whose CRC the export tests show wrong) becomes that cause's consequence, blamed on
+    its requirements."""
+    settled = _settle(dict(failures))
+    found = _findings(settled.items())
+    attributions = {}
+    for test, attribution in settled.items():
+        cause = _consequence_of(attribution, found)
+        if cause is not None:
+            attribution = replace(attribution, blamed=cause.reqs, consequence=cause.id)
+        attributions[test] = attribution
+    return RunDiagnosis(attributions, found)
+
+
+def _settle(attributions: dict[str, Attribution]) -> dict[str, Attribution]:
     """Where one failure matches several causes (a parent 0xffffffff00000000 truncated to 32
     bits is also a parent ignored), the one the run's other failures show most comes first,
     and the blame is its."""
@@ -269,7 +295,7 @@ def settle(attributions: dict[str, Attribution]) -> dict[str, Attribution]:
     return settled
 
 
-def findings(failures: Iterable[tuple[str, Attribution]]) -> list[Finding]:
+def _findings(failures: Iterable[tuple[str, Attribution]]) -> list[Finding]:
     """A run's probable causes, most tests first: each with the failures whose own evidence
     shows it and those whose symptom it explains (their consequences)."""
     failures = list(failures)
@@ -303,7 +329,7 @@ def _explaining(attribution: Attribution, run: Sequence[Finding]) -> Finding | N
     return max(candidates, key=lambda f: len(f.shown_by)) if candidates else None
 
 
-def consequence_of(attribution: Attribution, run: Sequence[Finding]) -> Cause | None:
+def _consequence_of(attribution: Attribution, run: Sequence[Finding]) -> Cause | None:
     """The run's cause that accounts for a failure better than its own evidence, if any."""
     finding = _explaining(attribution, run)
     return finding.cause if finding is not None else None

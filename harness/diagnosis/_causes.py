@@ -74,6 +74,9 @@ class Attribution:
     blamed: tuple[str, ...] = ()
     symptom: str = ""
     note: str = ""  # why nothing more precise could be said
+    # the run's cause (id) that accounts for this failure better than its own evidence
+    # (diagnose_run), whose requirements are then blamed
+    consequence: str = ""
 
     @property
     def cause(self) -> Cause | None:

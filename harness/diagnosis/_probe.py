@@ -1,38 +1,37 @@
-"""Probing a reader that refused a valid envelope: the same envelope with its trailer as each
-known CRC mistake writes it. A reader that accepts one of them has that mistake; the answer
-is evidence, never a verdict (the test has failed already)."""
+"""Probing a reader that refused an envelope it should have read (a valid one, or one breaking
+a rule it answered with another status): the same envelope with its trailer as each known CRC
+mistake writes it, imported through the adapter's one probe operation
+(`tlkv_conformance.adapters.Adapter.probe_import`). A reader that reads one of them as it
+should have has that mistake; the answer is evidence, never a verdict (the test has failed
+already)."""
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
-
+from .. import oracle
+from ..adapters import Adapter
 from ..errors import ImplementationFault, NotObservable, Refused
+from ..evidence import RefusalEvidence
 from ._signatures import resealed_variants
 
 
-def probe_reader(
-    pool: Any, envelope: bytes, max_blocks: int, wanted: frozenset[str] = frozenset()
-) -> tuple[str, str] | None:
-    """(cause id, title) of the CRC mistake with which `pool` reads `envelope` as it should
-    have: accepts it (`wanted` empty) or refuses it with one of `wanted`. Blocks a probe
-    allocates are released again."""
-    for cause_id, title, variant in resealed_variants(envelope):
+def probe_reader(implementation: Adapter, refusal: RefusalEvidence) -> tuple[str, str] | None:
+    """(cause id, title) of the CRC mistake with which `implementation` reads the refused
+    envelope as it should have: accepts it (no status expected) or refuses it with one of the
+    expected statuses. None when the refusal names no pool to probe, or where the CRC rule's
+    own status is expected (over gRPC, DATA_LOSS answers a bad CRC and a bad geometry alike)."""
+    if refusal.pool is None or refusal.actual in (None, "fault") or not refusal.envelope:
+        return None
+    crc = oracle.READER_RULES["READ-CRC"]
+    crc_code = crc.grpc_status if implementation.status_domain == "grpc" else crc.c_code
+    if crc_code in refusal.expected:
+        return None
+    pool = refusal.pool
+    for cause_id, title, variant in resealed_variants(refusal.envelope):
         try:
-            ids = pool.import_envelope(variant, max_blocks)
-        except Refused as refusal:
-            if refusal.code in wanted:
-                return cause_id, title
+            answer = implementation.probe_import(pool.geometry, pool.free, variant, pool.max_blocks)
+        except (ImplementationFault, NotObservable, Refused):
             continue
-        except (ImplementationFault, NotObservable):
-            continue
-        if wanted:
-            for block in ids:
-                with contextlib.suppress(Refused, ImplementationFault, NotObservable):
-                    pool.release(block)
-            continue
-        for block in ids:
-            with contextlib.suppress(Refused, ImplementationFault, NotObservable):
-                pool.release(block)
-        return cause_id, title
+        read_as_due = answer in refusal.expected if refusal.expected else answer is None
+        if read_as_due:
+            return cause_id, title
     return None

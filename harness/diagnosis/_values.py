@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import oracle
-from ..adapters._pysession import POISON
+from ..adapters import REUSED_BUFFER_VALUE
+from ..evidence import ValuesEvidence
 from ._causes import Cause
-from ._evidence import ValuesEvidence
 from ._f16_signatures import f16_causes
 
 F32 = np.float32
@@ -59,15 +59,18 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
             geometry, version, data[start : start + geometry.payload_size(version)]
         )
     reqs = _field_reqs(differ, past, version, ev.written is not None)
-    poisons = [POISON, oracle.round_to_f16(np.array([POISON], dtype=np.float32))[0]]
-    if np.isin(actual, poisons).any() and not np.isin(expected, poisons).any():
+    reused = [
+        REUSED_BUFFER_VALUE,
+        oracle.round_to_f16(np.array([REUSED_BUFFER_VALUE], dtype=np.float32))[0],
+    ]
+    if np.isin(actual, reused).any() and not np.isin(expected, reused).any():
         return [
             Cause(
                 "write-keeps-reference",
                 "write keeps the caller's array instead of copying it",
                 ("POOL-WRITE-COPIES",),
-                f"the block reads back {float(POISON)!r}, which the suite wrote into its own "
-                "array after the write returned",
+                f"the block reads back {float(REUSED_BUFFER_VALUE)!r}, which the suite wrote "
+                "into its own array after the write returned",
             )
         ], reqs
     if not (differ & ~past).any():

@@ -18,8 +18,8 @@ from ...checks import (
     compare_readback,
     expect_free,
 )
-from ...diagnosis import NOT_HELD, KnownMistake, RefusalEvidence
 from ...errors import Refused
+from ...evidence import NOT_HELD, KnownMistake, ReaderPool, RefusalEvidence
 from ...exprs import BuildTarget, resolve_geometry
 from ...testee import Testee
 from .._sources import (
@@ -209,6 +209,12 @@ class PoolSetup:
     @property
     def hashes(self) -> list[int]:
         return [p.block_hash for p in self.preload if p.block_hash]
+
+    @property
+    def probed(self) -> ReaderPool:
+        """The pool as the diagnosis makes it again to probe its reader: as many blocks free,
+        the same max_blocks (docs/diagnosis.md, "How a reader's mistake is found")."""
+        return ReaderPool(self.geometry, self.capacity - len(self.preload), self.capacity)
 
 
 def real_blocks(data: bytes) -> int:

@@ -15,8 +15,8 @@ import numpy as np
 from ... import oracle
 from ...adapters import Chunk, PushCounts, ReadBack, Transfer
 from ...checks import WRONG_COUNT, CaseFailure, ValueSource, compare_readback
-from ...diagnosis import KnownMistake, RefusalEvidence
 from ...errors import Refused
+from ...evidence import KnownMistake, RefusalEvidence
 from ...values import make_values
 
 

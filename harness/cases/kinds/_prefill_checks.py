@@ -11,8 +11,8 @@ from typing import Protocol
 from ... import oracle
 from ...adapters import Chunk, PrefillJob, PrefillResult
 from ...checks import CaseFailure
-from ...diagnosis import KnownMistake
 from ...diff import envelope_diff
+from ...evidence import KnownMistake
 from ...scripted_server import (
     ChunkReceived,
     HasBlocksCall,
@@ -185,6 +185,15 @@ class RecordCheck:
                 "the client reported success without pushing a chunk",
                 mistake("prefill-no-stream", "the prompt is never pushed", STREAM),
             )
+        # First: a stream per block is the cause of what else is wrong with each stream (its
+        # one chunk numbered k, not 0).
+        later = [s for s in streams[1:] if streams[streams.index(s) - 1] not in refused]
+        if later:
+            raise self.fail(
+                f"the prompt went in {len(streams)} PushKv streams, the later ones after an "
+                "accepted one: one stream per sequence is due",
+                mistake("prefill-several-streams", "one PushKv stream per block", STREAM),
+            )
         for stream in streams:
             chunks = self.record.chunks(stream)
             ids = {c.request_id for c in chunks}
@@ -215,13 +224,6 @@ class RecordCheck:
                     "blocks",
                     mistake("prefill-extra-chunks", "more chunks than blocks", STREAM),
                 )
-        later = [s for s in streams[1:] if streams[streams.index(s) - 1] not in refused]
-        if later:
-            raise self.fail(
-                f"the prompt went in {len(streams)} PushKv streams, the later ones after an "
-                "accepted one: one stream per sequence is due",
-                mistake("prefill-several-streams", "one PushKv stream per block", STREAM),
-            )
 
     def check_xfer_tail(self, result: PrefillResult) -> None:
         for stream in self.accepted():

@@ -13,9 +13,9 @@ from ...checks import (
     compare_envelopes,
     in_pool_precision,
 )
-from ...diagnosis import SizeEvidence
 from ...diff import envelope_diff
 from ...errors import NotObservable
+from ...evidence import SizeEvidence
 from ...exprs import is_fixed
 from ...testee import Testee
 from .._sources import (

@@ -11,7 +11,7 @@ from ...adapters import Capability
 from ...checks import (
     CaseFailure,
 )
-from ...diagnosis import HashEvidence
+from ...evidence import HashEvidence
 from ...testee import Testee
 from .._sources import (
     CaseDataError,

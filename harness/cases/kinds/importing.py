@@ -12,8 +12,8 @@ from ...checks import (
     CaseFailure,
     free_count,
 )
-from ...diagnosis import FaultEvidence, RefusalEvidence, probe_reader
 from ...errors import ImplementationFault, Refused
+from ...evidence import FaultEvidence, RefusalEvidence
 from ...testee import Testee
 from .._sources import (
     CaseDataError,
@@ -85,7 +85,7 @@ class ImportCase(Case):
                         frozenset(),
                         refusal.code,
                         self.data,
-                        probed=probe_reader(pool, self.data, self.pool.capacity),
+                        pool=self.pool.probed,
                     ),
                 ) from None
             except ImplementationFault as fault:

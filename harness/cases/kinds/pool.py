@@ -16,7 +16,8 @@ from ...checks import (
     in_pool_precision,
     refused_with,
 )
-from ...diagnosis import (
+from ...errors import Refused
+from ...evidence import (
     NOT_HELD,
     CountEvidence,
     Evidence,
@@ -25,7 +26,6 @@ from ...diagnosis import (
     SizeEvidence,
     StaleHashEvidence,
 )
-from ...errors import Refused
 from ...exprs import is_fixed
 from ...testee import Testee
 from .._sources import (

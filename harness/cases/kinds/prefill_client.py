@@ -9,7 +9,7 @@ prompt's KV as an envelope file with the oracle, hands the client one job, and c
 server recorded, in order (`_prefill_checks`): the record is the authority, the client's own
 report is checked against it. Each check belongs to one requirement and runs only in the cases
 citing it, so a SHOULD decision never fails a MUST case. Only prefill clients (--impl
-prefill-py:...) run these cases.
+prefill-py:... or prefill-exec:...) run these cases.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class PrefillCase(Case):
     has_blocks_status: str | None
     fail_after: int | None
     fail_status: str
+    fail_streams: int | None
     stall: str | None
     deadline: float | None  # the job's deadline, when shorter than the way in's
     values: Mapping[str, Any]
@@ -81,6 +82,7 @@ class PrefillCase(Case):
                 has_blocks_status=raw.get("has_blocks_status"),
                 fail_after=fail.get("after_chunk"),
                 fail_status=fail.get("status", "DATA_LOSS"),
+                fail_streams=fail.get("streams"),
                 stall=raw.get("stall"),
                 deadline=raw.get("deadline"),
                 values=raw.get("values", DEFAULT_VALUES),
@@ -94,7 +96,12 @@ class PrefillCase(Case):
         if not testee.can(Capability.PREFILL):
             return (
                 f"prefill cases test a prefill client of tl.kv.v1; {testee.label} is not one "
-                "(--impl prefill-py:package.module)"
+                "(--impl prefill-py:package.module or prefill-exec:COMMAND)"
+            )
+        if not testee.can(Capability.SUITE_KV):
+            return (
+                f"{testee.label} pushes its engine's own KV only (kv_from_suite false), and "
+                "every prefill case gives the client its KV, to check payloads byte for byte"
             )
         if self.version not in testee.info.write_versions:
             return f"{testee.label} does not write v{self.version}"
@@ -117,6 +124,7 @@ class PrefillCase(Case):
             has_blocks_status=self.has_blocks_status,
             fail_after=self.fail_after,
             fail_status=self.fail_status,
+            fail_streams=self.fail_streams,
             stall=self.stall,
         )
         deadline = min(client.deadline, self.deadline or client.deadline)

@@ -14,8 +14,8 @@ from ...checks import (
     compare_snapshots,
     snapshot,
 )
-from ...diagnosis import FaultEvidence, RefusalEvidence, probe_reader
 from ...errors import ImplementationFault, Refused
+from ...evidence import FaultEvidence, RefusalEvidence
 from ...testee import Testee
 from .._sources import (
     CaseDataError,
@@ -262,19 +262,6 @@ class RejectCase(Case):
             except Refused as refusal:
                 if refusal.code not in acceptable:
                     said = f"; it said: {refusal.detail}" if refusal.detail else ""
-                    # A probe says something only where a CRC refusal is not itself acceptable
-                    # (over gRPC, DATA_LOSS answers a bad CRC and a bad geometry alike).
-                    crc = oracle.READER_RULES["READ-CRC"]
-                    crc_code = (
-                        crc.grpc_status if testee.adapter.status_domain == "grpc" else crc.c_code
-                    )
-                    probed = (
-                        None
-                        if crc_code in acceptable
-                        else probe_reader(
-                            pool, self.data, self.pool.capacity, frozenset(acceptable)
-                        )
-                    )
                     raise CaseFailure(
                         f"refused with {refusal.code}, expected {' or '.join(sorted(acceptable))} "
                         f"({why}){said}",
@@ -284,7 +271,7 @@ class RejectCase(Case):
                             refusal.code,
                             self.data,
                             self.rules_first,
-                            probed,
+                            self.pool.probed,
                         ),
                     ) from None
             else:

@@ -15,8 +15,8 @@ from ...checks import (
     expect_free,
     free_count,
 )
-from ...diagnosis import RefusalEvidence
 from ...errors import Refused
+from ...evidence import RefusalEvidence
 from ...exprs import is_fixed
 from ...testee import Testee
 from .._sources import (

@@ -20,8 +20,8 @@ from typing import Any
 from ... import oracle
 from ...adapters import Chunk
 from ...checks import CaseFailure
-from ...diagnosis import PoolChangeEvidence, RefusalEvidence
 from ...errors import NotObservable, Refused
+from ...evidence import PoolChangeEvidence, RefusalEvidence
 from ...testee import Testee
 from .._sources import CaseDataError, EnvelopeResolver, mutate
 from ._base import Case, FileContext

@@ -1,5 +1,6 @@
 """What a failed check saw, kept as data beside its message, so that the failure can be blamed
-on the requirements whose own bytes differ and matched against known mistakes."""
+on the requirements whose own bytes differ and matched against known mistakes: the cases and
+checks build it, below the diagnosis (tlkv_conformance.diagnosis), which reads it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import oracle
-from ..errors import ImplementationFault, OperationFault, Quarantined
+from . import oracle
+from .errors import ImplementationFault, OperationFault, Quarantined
+
+# A find that fails after an import or a write: over gRPC find is HasBlocks, so a HasBlocks
+# that never says "held" accounts for it when the run shows one (a KnownMistake's yields_to).
+NOT_HELD = frozenset({"hasblocks-never-held"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,20 +60,32 @@ class ValuesEvidence:
     written: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class ReaderPool:
+    """The pool a reader case imported into, as the diagnosis' probe makes it again: a new pool
+    of `geometry` with as many blocks, all free, as the case's had free (`free`: its capacity
+    less the blocks it preloaded), imported into with the case's `max_blocks`."""
+
+    geometry: oracle.Geometry
+    free: int
+    max_blocks: int
+
+
 @dataclass(frozen=True, eq=False)
 class RefusalEvidence:
     """A call answered `actual` (None: it succeeded; "fault": it crashed or hung) where one of
     `expected` was due (empty: it had to succeed). `rules`: the requirements the input breaks
-    (empty: a valid one); `envelope`: the input, when it was an envelope; `probed`: (cause id,
-    title) of a CRC mistake with which the reader accepts it (see `probe_reader`); `fault`:
-    the fault's message, when it faulted (what it was: an exception, a crash, a hang...)."""
+    (empty: a valid one); `envelope`: the input, when it was an envelope; `pool`: the pool that
+    refused it, where the diagnosis may probe the reader again for a CRC mistake (`probe_reader`:
+    an import or rejection case's); `fault`: the fault's message, when it faulted (what it was:
+    an exception, a crash, a hang...)."""
 
     rules: frozenset[str]
     expected: frozenset[str]
     actual: str | None
     envelope: bytes = b""
     rules_first: bool = False
-    probed: tuple[str, str] | None = None
+    pool: ReaderPool | None = None
     fault: str = ""
 
 
