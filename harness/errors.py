@@ -22,10 +22,13 @@ class Refused(Exception):
 @dataclass(frozen=True)
 class OperationFault:
     """What one operation does wrong whatever the input (it never answers, its answers never
-    parse): a probable cause of its own in the report (`id`, `title`), not one of a case's data."""
+    parse): a probable cause of its own in the report (`id`, `title`), not one of a case's data.
+    `yields_to`: the causes that, when the run shows them too, say it better (a hang first
+    taken for "does not answer", of an operation later seen answering smaller calls)."""
 
     id: str
     title: str
+    yields_to: frozenset[str] = frozenset()
 
 
 class ImplementationFault(Exception):

@@ -77,7 +77,8 @@ class RefusalEvidence:
     `expected` was due (empty: it had to succeed). `rules`: the requirements the input breaks
     (empty: a valid one); `envelope`: the input, when it was an envelope; `pool`: the pool that
     refused it, where the diagnosis may probe the reader again for a CRC mistake (`probe_reader`:
-    an import or rejection case's)."""
+    an import or rejection case's); `fault`: the fault's message, when it faulted (what it was:
+    an exception, a crash, a hang...)."""
 
     rules: frozenset[str]
     expected: frozenset[str]
@@ -85,6 +86,7 @@ class RefusalEvidence:
     envelope: bytes = b""
     rules_first: bool = False
     pool: ReaderPool | None = None
+    fault: str = ""
 
 
 @dataclass(frozen=True, eq=False)

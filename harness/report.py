@@ -177,10 +177,13 @@ def _charged(
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The requirements a test counts for, and those its failure only affects: a failure
     counts against the requirements it is blamed on, and the others it cites are affected,
-    not failed (docs/report.md, "Diagnosis")."""
+    not failed (docs/report.md, "Diagnosis"). A failure whose probable cause is an operation's
+    own fault (blamed on none: it hung, was not called) affects all it cites."""
     if result.outcome not in FAILED_LIKE:
         return result.reqs, ()
     cited, blamed = result.reqs, result.blamed
+    if not blamed and (result.causes or result.consequence):
+        return (), cited
     if result.level == "SHOULD":
         # A SHOULD-level failure is its SHOULD requirements', never a MUST one's: a case that
         # also cites MUST requirements demands a project decision on top of them (e.g.

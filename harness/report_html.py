@@ -326,7 +326,8 @@ def _legend() -> str:
     return (
         "<footer><p>Verdicts: pass, FAIL (fails the run), warn (a SHOULD-level failure, a "
         "warning unless --strict), affected (tests citing it failed, blamed on other "
-        "requirements), xfail (a known failure), skip (not observable through this way in), "
+        "requirements or on an operation's fault), xfail (a known failure), skip (not "
+        "observable through this way in), "
         '- (not run).</p><p id="load-time"></p></footer>'
     )
 

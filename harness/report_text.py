@@ -253,7 +253,8 @@ def markdown(model: Conformance) -> str:
     out += [
         "",
         "Verdicts: pass, FAIL (fails the run), warn (a SHOULD-level failure, a warning "
-        "unless --strict), affected (tests citing it failed, blamed on other requirements), "
+        "unless --strict), affected (tests citing it failed, blamed on other requirements "
+        "or on an operation's fault), "
         "xfail (a known failure), skip (not observable through this way "
         "in), - (not run).",
         "",

@@ -88,8 +88,9 @@ class Mutant:
     file: str = GRPC_SERVICE
     # pytest arguments choosing what to run (default: everything; gRPC: GRPC_SUITE)
     args: tuple[str, ...] = ()
-    # the requirement(s) the bug breaks, and the diagnosis ids that name it (the first is its
-    # own; others name the same mistake as seen from another side)
+    # the requirement(s) the bug breaks (none: a robustness bug of an operation, whose
+    # failures are blamed on none), and the diagnosis ids that name it (the first is its own;
+    # others name the same mistake as seen from another side)
     reqs: tuple[str, ...] = ()
     cause: tuple[str, ...] = ()
     # held-out mutants: the diagnosis ids a judge accepts as naming the mistake (empty: not
@@ -178,7 +179,10 @@ class Outcome:
 
     @property
     def blame_is_precise(self) -> bool:
-        """Every failure is blamed on requirements the mutant breaks, and on some."""
+        """Every failure is blamed on requirements the mutant breaks, and on some; on none for
+        a mutant breaking none (an operation's fault: a hang, a broken worker channel)."""
+        if not self.mutant.reqs:
+            return not self.blamed
         return bool(self.blamed) and self.blamed <= set(self.mutant.reqs)
 
     @property

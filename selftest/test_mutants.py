@@ -56,7 +56,8 @@ def test_catalogue_declares_what_each_mutant_breaks() -> None:
     known gaps stay within the issue's figures (90% precise blame, 80% named first)."""
     table = requirements()
     for mutant in CATALOGUE:
-        assert mutant.reqs, f"{mutant.id}: no reqs"
+        # No reqs: a robustness bug of an operation (a hang), which breaks no requirement.
+        assert mutant.reqs or mutant.family == "robustness", f"{mutant.id}: no reqs"
         assert set(mutant.reqs) <= set(table), f"{mutant.id}: unknown {mutant.reqs}"
         assert mutant.cause or mutant.diagnosis_gap, f"{mutant.id}: no cause nor diagnosis_gap"
     named = sum(not m.diagnosis_gap for m in CATALOGUE) / len(CATALOGUE)

@@ -16,6 +16,7 @@ from ._base import (
     ReadBack,
     values_digest,
 )
+from ._observed import ObservedFault, observed_fault
 from ._pysession import REUSED_BUFFER_VALUE
 from ._spec import ACCEPTED_FORMS, ImplSpec, parse_impl
 from ._transfer import (
@@ -78,6 +79,7 @@ __all__ = [
     "Chunk",
     "ImplInfo",
     "ImplSpec",
+    "ObservedFault",
     "PoolHandle",
     "PrefillClient",
     "PrefillJob",
@@ -86,6 +88,7 @@ __all__ = [
     "ReadBack",
     "ServerInfo",
     "Transfer",
+    "observed_fault",
     "open_adapter",
     "parse_impl",
     "values_digest",

@@ -73,7 +73,10 @@ class TransferClient:
         self.target = spec.target
         # Each rpc is an operation as a C function is: its deadline shortened after a hang, and
         # not called again after a second (docs/grpc.md, "A server that stalls or misbehaves").
-        self._ledger = CallLedger(float(settings.call_timeout))
+        # Streams and pulls have a size: one that fails only from some size on is named so.
+        self._ledger = CallLedger(
+            float(settings.call_timeout), sized={"PushKv": "chunk", "PullKv": "block"}
+        )
         self.shared = SHARED_OPTION in spec.options or settings.concurrent_runs > 1
         self._channel = grpc.insecure_channel(
             spec.target,
@@ -234,7 +237,9 @@ class TransferClient:
         """One PushKv stream of `chunks`; Refused(status name) if the server refuses it."""
         messages = [chunk_message(c) for c in chunks]
         response = self._call(
-            "PushKv", lambda timeout: self._stub.PushKv(iter(messages), timeout=timeout)
+            "PushKv",
+            lambda timeout: self._stub.PushKv(iter(messages), timeout=timeout),
+            size=len(messages),
         )
         return PushCounts(response.blocks_stored, response.blocks_reused, response.payload_bytes)
 
@@ -283,6 +288,7 @@ class TransferClient:
             "PullKv",
             lambda timeout: list(self._stub.PullKv(request, timeout=timeout)),
             optional=NO_PULL,
+            size=len(hashes),
         )
         if len(messages) != len(hashes):
             raise ImplementationFault(
@@ -317,26 +323,33 @@ class TransferClient:
     def _request_id(self) -> str:
         return f"tlkv-conformance-{next(self._requests)}"
 
-    def _call(self, rpc: str, action: Callable[[float], T], optional: str | None = None) -> T:
-        """`action(deadline)`, one rpc, under the deadline the ledger gives it. A refusal is
-        Refused; UNIMPLEMENTED of an `optional` extension NotObservable (with that reason); a
-        hang, a broken connection, an answer too large or that does not parse, or a status no
-        request earns an ImplementationFault. A broken connection is retried once."""
+    def _call(
+        self,
+        rpc: str,
+        action: Callable[[float], T],
+        optional: str | None = None,
+        size: int | None = None,
+    ) -> T:
+        """`action(deadline)`, one rpc (of `size` chunks or blocks), under the deadline the
+        ledger gives it. A refusal is Refused; UNIMPLEMENTED of an `optional` extension
+        NotObservable (with that reason); a hang, a broken connection, an answer too large or
+        that does not parse, or a status no request earns an ImplementationFault. A broken
+        connection is retried once."""
         self.check_in_service(rpc)
-        timeout = self._ledger.timeout(rpc)  # Quarantined if rpc is not called any more
+        timeout = self._ledger.timeout(rpc, size)  # Quarantined if rpc is not called any more
         start = time.monotonic()
         try:
             result = action(timeout)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.UNAVAILABLE or not self._reconnected(timeout):
-                raise self._failure(rpc, exc, timeout, start, optional) from None
+                raise self._failure(rpc, exc, timeout, start, optional, size) from None
             # The connection broke and came back (a restarted server): once more, and no more.
             start = time.monotonic()
             try:
                 result = action(timeout)
             except grpc.RpcError as again:
-                raise self._failure(rpc, again, timeout, start, optional) from None
-        self._ledger.answered(rpc, start)
+                raise self._failure(rpc, again, timeout, start, optional, size) from None
+        self._ledger.answered(rpc, start, size=size)
         return result
 
     def _reconnected(self, timeout: float) -> bool:
@@ -350,7 +363,13 @@ class TransferClient:
         return True
 
     def _failure(
-        self, rpc: str, exc: grpc.RpcError, timeout: float, start: float, optional: str | None
+        self,
+        rpc: str,
+        exc: grpc.RpcError,
+        timeout: float,
+        start: float,
+        optional: str | None,
+        size: int | None,
     ) -> Exception:
         """What a failed rpc means, recorded in the ledger where it counts."""
         code, details = exc.code(), _details(exc)
@@ -360,7 +379,7 @@ class TransferClient:
         if code in unanswered and not self._connected.wait(0.2):
             return _Unreachable(f"{code.name}: {details}")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return self._ledger.timed_out(rpc, timeout, f" on {self.target}")
+            return self._ledger.timed_out(rpc, timeout, f" on {self.target}", size)
         if code == grpc.StatusCode.UNAVAILABLE:
             operation_fault = OperationFault(
                 "connection-lost", "the server's connection breaks and does not come back"
@@ -379,17 +398,21 @@ class TransferClient:
                 f"({oracle.CHUNK_RECEIVE_LIMIT} bytes)"
             )
             operation_fault = OperationFault(f"oversized-answer:{rpc}", title)
-            return self._ledger.faulted(rpc, ImplementationFault(failed, operation_fault))
+            return self._ledger.faulted(
+                rpc, ImplementationFault(failed, operation_fault), size=size
+            )
         if code == grpc.StatusCode.INTERNAL and _UNPARSED in details:
             title = f"{rpc} answers with a message that does not parse"
             operation_fault = OperationFault(f"malformed-answer:{rpc}", title)
-            return self._ledger.faulted(rpc, ImplementationFault(failed, operation_fault))
+            return self._ledger.faulted(
+                rpc, ImplementationFault(failed, operation_fault), size=size
+            )
         if optional is not None and code == grpc.StatusCode.UNIMPLEMENTED:
-            self._ledger.answered(rpc, start, settled=False)
+            self._ledger.answered(rpc, start, settled=False, size=size)
             return NotObservable(optional)
         if code in _FAULT_STATUSES:
             return ImplementationFault(failed)
-        self._ledger.answered(rpc, start, settled=False)
+        self._ledger.answered(rpc, start, settled=False, size=size)
         return Refused(code.name, rpc, details)
 
     def check_in_service(self, rpc: str) -> None:

@@ -51,6 +51,8 @@ else:  # the worker: this file run on its own
 LENGTH = struct.Struct("<I")
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 OK, REFUSED, FAULT, USAGE, BUG = range(5)
+# The worker's exit status when its channel to the suite breaks (_observed.CHANNEL_BROKEN).
+CHANNEL_BROKEN_STATUS = 86
 LOAD = "load"
 
 
@@ -220,7 +222,12 @@ def _worker_main(argv: list[str]) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     except (ImportError, ValueError, OSError):
         pass
-    _serve(fd_in, fd_out, argv[4], argv[5], int(argv[6]), int(argv[7]))
+    try:
+        _serve(fd_in, fd_out, argv[4], argv[5], int(argv[6]), int(argv[7]))
+    except OSError:
+        # Its pipes or shared buffers failed under it: the implementation closed or replaced
+        # descriptors it did not open. The parent names this status; a traceback would not.
+        os._exit(CHANNEL_BROKEN_STATUS)
 
 
 if __name__ == "__main__":  # started by WorkerChannel

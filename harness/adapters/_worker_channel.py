@@ -36,14 +36,29 @@ from typing import Any
 
 from ..errors import WORKER_FAULTS, ImplementationFault, Refused, SuiteUsageError
 from . import _worker
+from ._observed import CHANNEL_BROKEN
 from ._quarantine import CallLedger
-from ._worker import FAULT, LENGTH, LOAD, OK, PROTOCOL, REFUSED, USAGE, SharedBuffer, write_all
+from ._worker import (
+    CHANNEL_BROKEN_STATUS,
+    FAULT,
+    LENGTH,
+    LOAD,
+    OK,
+    PROTOCOL,
+    REFUSED,
+    USAGE,
+    SharedBuffer,
+    write_all,
+)
 
 # Loading runs the library's constructors (or the module's import) and, under a sanitizer, its
 # runtime's start-up; it gets at least this long whatever the per-call timeout.
 STARTUP_TIMEOUT = 30.0
 _EXIT_WAIT = 5.0  # seconds to wait for a worker that closed its pipe to be reaped
 _OUTPUT_LIMIT = 16_000  # characters of a crash's output quoted in a failure message
+# Operations whose calls have a size (the ledger names a fault that only larger calls meet):
+# the unit, and where in the call's arguments (after the pool id) the sized list is.
+_SIZED = {"export": ("block", 1)}
 
 
 class _Gone(Exception):
@@ -148,7 +163,9 @@ class WorkerChannel:
         self._log: Any = None
         self._poll = select.poll()
         # Hangs and crashes per operation: each call's wait, and which are not called again.
-        self._ledger = CallLedger(call_timeout, self.calls)
+        self._ledger = CallLedger(
+            call_timeout, self.calls, {op: unit for op, (unit, _) in _SIZED.items()}
+        )
 
     def open(self) -> tuple[int, int, str]:
         """Start the worker and load the implementation: its (read, write) version masks and
@@ -200,22 +217,23 @@ class WorkerChannel:
     def call(self, op: str, *args: Any) -> Any:
         """Run the session's `<op>(*args)` in the worker (starting one if none is running)."""
         where = self._ledger.where(op)
-        timeout = self._ledger.timeout(op)  # Quarantined if op is not called any more
+        size = len(args[_SIZED[op][1]]) if op in _SIZED else None
+        timeout = self._ledger.timeout(op, size)  # Quarantined if op is not called any more
         if self._proc is None:
             self._start()
         start = time.monotonic()
         try:
             result = self._call(op, args, timeout, where)
         except Refused:
-            self._ledger.answered(op, start, settled=False)
+            self._ledger.answered(op, start, settled=False, size=size)
             raise
         except _CallTimedOut:
-            raise self._ledger.timed_out(op, timeout) from None
+            raise self._ledger.timed_out(op, timeout, size=size) from None
         except ImplementationFault as fault:
             if self.generation_lost_in_call:
-                fault = self._ledger.faulted(op, fault)
+                fault = self._ledger.faulted(op, fault, size=size)
             raise fault from None
-        self._ledger.answered(op, start)
+        self._ledger.answered(op, start, size=size)
         return result
 
     generation_lost_in_call = False
@@ -281,7 +299,12 @@ class WorkerChannel:
         code = proc.wait()
         output = self._output(mark)
         self._stop(kill=False)
-        how = f"crashed with {_signal_name(-code)}" if code < 0 else f"exited with status {code}"
+        if code < 0:
+            how = f"crashed with {_signal_name(-code)}"
+        elif code == CHANNEL_BROKEN_STATUS:
+            how = CHANNEL_BROKEN
+        else:
+            how = f"exited with status {code}"
         self._forget(f"{how} {where}")
         report = sanitizer_report(output)
         if report:

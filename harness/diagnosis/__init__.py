@@ -36,6 +36,7 @@ from ..evidence import (
 )
 from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
 from ._envelope import envelope_attribution
+from ._faults import fault_title
 from ._probe import probe_reader
 from ._signatures import CRC_CAUSES, hash_causes, reader_crc_cause
 from ._values import values_attribution
@@ -69,9 +70,10 @@ def attribute(
     except Exception as exc:  # a diagnosis must never hide the failure itself
         return Attribution(blamed=tuple(cited), note=f"diagnosis failed: {exc!r}")
     if causes:
-        # A cause breaking no requirement's bytes (an operation that never answers) leaves
-        # the blame on what the test cites.
-        blamed = causes[0].reqs or tuple(cited)
+        # A cause breaking no requirement (an operation's own fault: it never answers, hangs
+        # for large exports) is blamed on none: the requirements the test cites were not
+        # shown, not broken (the report counts them affected).
+        blamed = causes[0].reqs
     else:
         # Field requirements the test cites, else the fields' own: a reader case whose values
         # differ is about V2-DECODE, whatever else it cites.
@@ -144,7 +146,8 @@ def _analyse(
         known = evidence.operation_fault
         if known is None:
             return [], set(), FAULT
-        return [Cause(known.id, known.title, (), evidence.detail.splitlines()[0])], set(), FAULT
+        detail = evidence.detail.splitlines()[0]
+        return [Cause(known.id, known.title, (), detail, yields_to=known.yields_to)], set(), FAULT
     if isinstance(evidence, KnownMistake):
         cause = Cause(
             evidence.cause,
@@ -181,7 +184,8 @@ def _refusal(
     if not ev.rules:  # a valid input
         symptom = VALID_REFUSED.format(code=ev.actual) if ev.actual else ""
         if ev.actual == "fault":
-            cause = Cause("fault-on-valid", "a crash or hang on a valid envelope", ("READ-ACCEPT",))
+            title = f"{fault_title(ev.fault)} on a valid envelope"
+            cause = Cause("fault-on-valid", title, ("READ-ACCEPT",))
             return [cause], {"READ-ACCEPT"}, symptom
         if ev.actual == "ESHAPE":
             # ESHAPE is the geometry rule's alone, and the input has the pool's geometry.
@@ -216,7 +220,7 @@ def _refusal(
         first = rules[0]
         cause = Cause(
             f"fault-on:{first}",
-            f"a crash or hang on input breaking {first}",
+            f"{fault_title(ev.fault)} on input breaking {first}",
             (first,),
             explains=frozenset({FAULT}),
         )
@@ -300,7 +304,10 @@ def _findings(failures: Iterable[tuple[str, Attribution]]) -> list[Finding]:
     for test, attribution in failures:
         cause = attribution.cause
         if cause is not None and not cause.yields_to & present:
-            found.setdefault(cause.id, Finding(cause)).shown_by.append(test)
+            finding = found.setdefault(cause.id, Finding(cause))
+            if not cause.reqs:  # an operation's fault: titled with the run's latest knowledge
+                finding.cause = replace(finding.cause, title=cause.title)
+            finding.shown_by.append(test)
     for test, attribution in failures:
         if attribution.cause is None or attribution.cause.yields_to & present:
             explaining = _explaining(attribution, list(found.values()))

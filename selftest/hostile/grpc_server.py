@@ -3,6 +3,8 @@
 
 - `stall-METHOD` (HasBlocks, PushKv, GetInfo, PullKv): every call of METHOD is taken (PushKv
   reads its whole stream) and never answered;
+- `stall-long-PushKv`: a PushKv stream of 2 or more chunks is read and never answered, one of
+  a single chunk is answered as the reference does;
 - `die-mid-push`: the second PushKv stream ends the server after its first chunk, so the
   connection breaks mid-push and nothing listens any more;
 - `huge-empty-pull`: a PullKv of no blocks (the suite's capability probe) answers with a
@@ -25,6 +27,7 @@ from tlkv_conformance.references.grpc_server import _messages as pb
 METHODS = ("HasBlocks", "PushKv", "GetInfo", "PullKv")
 FAULTS = (
     *(f"stall-{m}" for m in METHODS),
+    "stall-long-PushKv",
     "die-mid-push",
     "huge-empty-pull",
     "malformed-push-answer",
@@ -53,6 +56,11 @@ class HostileServer(reference.KvTransferServer):
             for _ in chunks:
                 pass
             _stall(context)
+        if self._fault == "stall-long-PushKv":
+            taken = list(chunks)
+            if len(taken) >= 2:
+                _stall(context)
+            chunks = taken
         if self._fault == "die-mid-push":
             self._pushes += 1
             if self._pushes == 2:

@@ -90,7 +90,7 @@ class ImportCase(Case):
                 ) from None
             except ImplementationFault as fault:
                 evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
-                    frozenset(), frozenset(), "fault", self.data
+                    frozenset(), frozenset(), "fault", self.data, fault=str(fault)
                 )
                 raise CaseFailure(f"implementation fault: {fault}", evidence) from None
             # Decoded here, not kept from collection: at a real geometry a decoded block is MiBs.

@@ -256,7 +256,7 @@ class RejectCase(Case):
                 # Not called at all (quarantined after earlier faults), or an operation that
                 # answers nothing: not this input's doing.
                 evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
-                    rules, frozenset(acceptable), "fault", self.data
+                    rules, frozenset(acceptable), "fault", self.data, fault=str(fault)
                 )
                 raise CaseFailure(f"implementation fault: {fault}", evidence) from None
             except Refused as refusal:
