@@ -54,9 +54,11 @@ REF_CLIENT = BundledSide("ref-client")
 REF_SERVER = BundledSide("ref-server")
 CLIENT_MODULE = "tlkv_conformance.references.prefill_client"
 SERVER_MODULE = "tlkv_conformance.references.grpc_server"
-# The checks' requirements: the decode side holds what was pushed (XFER-HASBLOCKS, the content
-# PREFILL-CONTENT), the held block skipped (XFER-DEDUP), the tail sent (XFER-TAIL), the counts.
-REQS = ("XFER-HASBLOCKS", "XFER-DEDUP", "XFER-TAIL", "XFER-BYTES", "XFER-COUNTS", "PREFILL-CONTENT")
+# The checks' requirements: the decode side holds what was pushed (XFER-HASBLOCKS), the held
+# block skipped (XFER-DEDUP), the tail sent (XFER-TAIL), the counts; and the content, read back
+# with PullKv (PREFILL-CONTENT), cited only where the server offers PullKv.
+REQS = ("XFER-HASBLOCKS", "XFER-DEDUP", "XFER-TAIL", "XFER-BYTES", "XFER-COUNTS")
+CONTENT = "PREFILL-CONTENT"
 VERSIONS = (1, 2)
 # Small, so that a pair costs little; B = 4 leaves room for a partial tail of 3.
 DEFAULT_GEOMETRY = oracle.Geometry(block_tokens=4, n_layers=2, n_kv_heads=2, head_dim=8)
@@ -86,7 +88,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             server,
             version,
             id=f"v{version}-{client.label}->{server.label}",
-            marks=[getattr(pytest.mark, f"v{version}"), pytest.mark.reqs(*REQS)],
+            marks=[getattr(pytest.mark, f"v{version}"), pytest.mark.reqs(*_reqs(server))],
         )
         for version in VERSIONS
         for client in (REF_CLIENT, *clients)
@@ -94,6 +96,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if (client, server) != (REF_CLIENT, REF_SERVER)
     ]
     metafunc.parametrize(PARAMS, params)
+
+
+def _reqs(server: Testee | BundledSide) -> tuple[str, ...]:
+    transfer = server.adapter.transfer if isinstance(server, Testee) else None
+    pulls = transfer is None or transfer.has_pull  # the bundled server offers PullKv
+    return (*REQS, CONTENT) if pulls else REQS
 
 
 class BundledReferences:

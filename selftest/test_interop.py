@@ -64,6 +64,10 @@ def test_the_reference_halves_cross_cleanly(tmp_path: Path) -> None:
     assert {pair: cells[pair]["verdict"] for pair in pairs} == dict.fromkeys(pairs, "passed")
     assert ("ref-client", "ref-server") not in cells
     assert "ref-client  -    pass  -" in run.output  # the terminal's row of the bundled client
+    page = (tmp_path / "clean.html").read_text()
+    pairs_section = page[page.index('<section id="pairs">') :]
+    assert "<th><code>ref-client</code></th>" in pairs_section
+    assert "<th><code>ref-server</code></th>" in pairs_section
     # Without a client or a server under test there is nothing to cross: one skip says so.
     alone = run_conformance(["--impl=ref", INTEROP], tmp_path)
     assert alone.returncode == 0, alone.output[-3000:]
