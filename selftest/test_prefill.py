@@ -393,6 +393,20 @@ def test_a_harness_pushing_its_engines_own_kv_gets_only_the_engine_kv_cases(
     assert "pushes its engine's own KV only (kv_from_suite false)" in run.output
 
 
+def test_the_engine_kv_cases_catch_a_client_dropping_the_tail(tmp_path: Path) -> None:
+    """Without the suite's KV there is no content to compare, but the structure is checked."""
+    from selftest.mutation import load_catalogue, planted
+
+    (mutant,) = [m for m in load_catalogue() if m.id == "prefill-tail-dropped"]
+    with planted(mutant, tmp_path) as (impl, path):
+        run = run_conformance(
+            [f"--impl={impl}", CASES, "-k", "engine-kv"], tmp_path, pythonpath=path
+        )
+    assert run.returncode == 1, run.output[-3000:]
+    assert len(run.failed) == len(run.outcomes) == 2, run.outcomes
+    assert all(run.diagnoses[node] == "prefill-tail-dropped" for node in run.failed), run.diagnoses
+
+
 # The reference client, retrying a stream that broke with UNAVAILABLE in one of three ways
 # (its stub wrapped): the whole sequence again, the rest from where it broke, or the whole
 # sequence with empty payloads for the blocks the broken stream carried.
