@@ -15,7 +15,7 @@ from .items import CaseItem
 from .outcome import TestIdentity
 from .requirements import level_of, unknown_ids
 from .runstate import TESTED, user_case_dirs
-from .testee import Testee
+from .testee import BundledSide, Testee
 
 KEY_PROPERTY = "tlkv_id"  # the JUnit property holding a test's corpus id
 
@@ -65,10 +65,12 @@ def _requirements(item: pytest.Item) -> tuple[tuple[str, ...], str]:
     return tuple(marker.args), level_of(marker.args)
 
 
-def _testee_params(item: pytest.Item) -> dict[str, Testee]:
+def _testee_params(item: pytest.Item) -> dict[str, Testee | BundledSide]:
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
-    return {name: value for name, value in params.items() if isinstance(value, Testee)}
+    return {
+        name: value for name, value in params.items() if isinstance(value, Testee | BundledSide)
+    }
 
 
 def _roles(item: pytest.Item) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from . import corpus, options, profiles
-from .adapters import AdapterSettings, open_adapter, parse_impl
+from .adapters import open_adapter, parse_impl
 from .checks import not_applicable
 from .errors import ImplementationFault, Refused, SuiteUsageError
 from .exit_status import EXIT_INTERNAL
@@ -46,6 +46,7 @@ from .runstate import (
     STARTED,
     TESTED,
     TESTEES,
+    adapter_settings_of,
     is_active,
     settings_of,
     testees_of,
@@ -184,13 +185,7 @@ def _open_testees(config: pytest.Config, run: options.RunSettings) -> list[Teste
     labels = [spec.label for spec in specs]
     if len(set(labels)) != len(labels):
         raise SuiteUsageError(f"--impl given twice: {', '.join(labels)}")
-    adapter_settings = AdapterSettings(
-        call_timeout=run.call_timeout,
-        isolation=run.isolation,
-        sanitizer_runtime=run.sanitizer_runtime,
-        worker_memory=run.worker_memory_mib << 20,
-        concurrent_runs=int(getattr(config, "workerinput", {}).get("workercount", 1)),
-    )
+    adapter_settings = adapter_settings_of(config)
     testees: list[Testee] = []
     try:
         for spec in specs:

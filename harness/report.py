@@ -48,6 +48,11 @@ __all__ = [
     "warning_note",
 ]
 
+# What the producer x consumer matrix's rows and columns are (docs/report.md).
+MATRIX_AXES = (
+    "rows produce (export, or push as a prefill client), columns consume (import, or receive "
+    "as a decode server)"
+)
 # A requirement's verdict for one implementation (or a matrix cell), in order of precedence.
 VERDICTS = ("failed", "affected", "passed", "xfail", "skipped", "not run")
 # What not_shown gives an implementation for which no MUST requirement was shown at all.
@@ -230,7 +235,11 @@ class Conformance:
     run: RunInfo
     collection_errors: list[str]
     requirement_cells: dict[str, dict[str, Cell]]  # requirement id -> --impl label -> cell
-    matrix: dict[tuple[str, str], Cell]  # (producer, consumer) -> cell; two or more --impl
+    # (producer, consumer) -> cell: every pair of two or more --impl, and each interop pair
+    # (an --impl with a bundled reference side too: conformance/test_interop.py)
+    matrix: dict[tuple[str, str], Cell]
+    matrix_producers: list[str]  # the matrix's rows: --impl labels first, then bundled sides
+    matrix_consumers: list[str]  # its columns, in the same order
     start_here: list[Finding]  # the run's probable causes, the most failed tests first
     failures: list[TestResult]  # failed tests, those that fail the run first
     # requirements failing for some implementation: those failing the run (MUST first) first
@@ -263,6 +272,8 @@ class Conformance:
             collection_errors=list(log.collection_errors),
             requirement_cells=cells,
             matrix=matrix,
+            matrix_producers=_axis(labels, [p for p, _ in matrix]),
+            matrix_consumers=_axis(labels, [c for _, c in matrix]),
             start_here=found[:MAX_FINDINGS],
             failures=sorted(failed, key=lambda r: not r.gating),
             failing=_failing(cells),
@@ -295,7 +306,8 @@ class Conformance:
         return sum(r.warning for r in self.failures)
 
     def identity(self, label: str) -> str:
-        return next(i.identity for i in self.impls if i.label == label)
+        """An --impl's identity; a bundled interop side (not an --impl) is its own label."""
+        return next((i.identity for i in self.impls if i.label == label), label)
 
 
 def _cells(
@@ -315,10 +327,18 @@ def _cells(
             for rid in affected:
                 if rid in cells:
                     cells[rid][impl].affect(result)
-        pair = (result.roles.get("producer", ""), result.roles.get("consumer", ""))
-        if pair in matrix:
-            matrix[pair].add(result)
+        producer, consumer = result.roles.get("producer"), result.roles.get("consumer")
+        if producer and consumer:
+            matrix.setdefault((producer, consumer), Cell()).add(result)
     return cells, matrix
+
+
+def _axis(labels: Sequence[str], names: Sequence[str]) -> list[str]:
+    """One axis of the producer x consumer matrix: the --impl labels on it in --impl order,
+    then the bundled sides in the order first met."""
+    return [label for label in labels if label in names] + list(
+        dict.fromkeys(name for name in names if name not in labels)
+    )
 
 
 def _asked_must(run: RunInfo) -> list[str]:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from .report import shown_verdict
+from .report import MATRIX_AXES, shown_verdict
 from .report_html_evidence import error_picture, hex_windows
 from .requirements import clause_url, requirements
 from .result_log import headline
@@ -208,21 +208,22 @@ def _pair_matrix(report: dict[str, Any]) -> str:
     matrix = report.get("matrix")
     if not matrix:
         return ""
-    labels = matrix["implementations"]
+    producers = matrix.get("producers", matrix["implementations"])
+    consumers = matrix.get("consumers", matrix["implementations"])
     cells = {(c["producer"], c["consumer"]): c for c in matrix["cells"]}
     rows = []
-    for producer in labels:
+    for producer in producers:
         row = [f"<th>{_code(producer)}</th>"]
-        for consumer in labels:
-            cell = cells.get((producer, consumer), {})
-            verdict = cell.get("verdict", "not run")
-            text = shown_verdict(verdict, bool(cell.get("gating")))
+        for consumer in consumers:
+            cell = cells.get((producer, consumer))
+            text = "-" if cell is None else shown_verdict(cell["verdict"], bool(cell["gating"]))
             row.append(f'<td class="v v-{escape(text)}">{escape(text)}</td>')
         rows.append(f"<tr>{''.join(row)}</tr>")
-    head = "".join(f"<th>{_code(label)}</th>" for label in labels)
+    head = "".join(f"<th>{_code(label)}</th>" for label in consumers)
+    axes = MATRIX_AXES[0].upper() + MATRIX_AXES[1:]
     return (
         '<section id="pairs"><h2>Producer x consumer</h2>'
-        "<p>Rows export (producer), columns import (consumer).</p>"
+        f"<p>{escape(axes)}.</p>"
         f'<table class="matrix"><thead><tr><th></th>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></section>"
     )

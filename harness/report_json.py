@@ -69,6 +69,8 @@ def report_json(model: Conformance) -> dict[str, Any]:
         if not model.matrix
         else {
             "implementations": model.labels,
+            "producers": model.matrix_producers,
+            "consumers": model.matrix_consumers,
             "cells": [
                 {
                     "producer": producer,

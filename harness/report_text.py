@@ -6,11 +6,18 @@ is phrased once, here; each renderer lays the sections out its own way."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .diagnosis import Finding
-from .report import NOTHING_SHOWN, OUTCOMES, VERDICTS, Conformance, SameImplementation
+from .report import (
+    MATRIX_AXES,
+    NOTHING_SHOWN,
+    OUTCOMES,
+    VERDICTS,
+    Conformance,
+    SameImplementation,
+)
 from .requirements import requirements
 from .result_log import TestResult, headline
 
@@ -46,11 +53,22 @@ def _failing_rows(model: Conformance) -> list[list[str]]:
     ]
 
 
-def _matrix_rows(model: Conformance, names: Sequence[str]) -> list[list[str]]:
-    """One row per producer (named as in `names`), its cells in consumer order."""
-    return [
-        [name, *(model.matrix[producer, c].shown for c in model.labels)]
-        for producer, name in zip(model.labels, names, strict=True)
+def _matrix_rows(
+    model: Conformance, names: Sequence[str], quote: Callable[[str], str]
+) -> list[list[str]]:
+    """The header and one row per producer, an --impl named as in `names` (a bundled interop
+    side by its label, quoted), its cells in consumer order; "-" for a pair no test crosses."""
+    name = dict(zip(model.labels, names, strict=True))
+    columns = [name.get(c, quote(c)) for c in model.matrix_consumers]
+    return [["", *columns]] + [
+        [
+            name.get(producer, quote(producer)),
+            *(
+                model.matrix[producer, c].shown if (producer, c) in model.matrix else "-"
+                for c in model.matrix_consumers
+            ),
+        ]
+        for producer in model.matrix_producers
     ]
 
 
@@ -133,8 +151,8 @@ def terminal_lines(model: Conformance) -> list[str]:
     if model.collection_errors:
         lines.append(f"{len(model.collection_errors)} collection errors (above)")
     if model.matrix:
-        lines.append("cross-implementation matrix (rows export, columns import):")
-        lines += _table([["", *columns], *_matrix_rows(model, columns)])
+        lines.append(f"cross-implementation matrix ({MATRIX_AXES}):")
+        lines += _table(_matrix_rows(model, columns, str))
     lines += [_same_line(group) for group in model.same]
     return lines
 
@@ -235,9 +253,10 @@ def markdown(model: Conformance) -> str:
             out += ["```text", result.message or "(no message)", "```", ""]
     if model.matrix:
         out += ["", "## Cross-implementation matrix", ""]
-        out.append("Rows export (producer), columns import (consumer).")
+        out.append(f"{MATRIX_AXES[0].upper()}{MATRIX_AXES[1:]}.")
         out.append("")
-        out += _markdown_table([["producer \\ consumer", *quoted], *_matrix_rows(model, quoted)])
+        header, *rows = _matrix_rows(model, quoted, lambda label: f"`{label}`")
+        out += _markdown_table([["producer \\ consumer", *header[1:]], *rows])
     if model.same:
         out += ["", "## One implementation, several ways in", ""]
         for group in model.same:

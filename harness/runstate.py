@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from . import corpus, options
+from .adapters import AdapterSettings
 from .fuzzing import ShrinkBudget
 from .known import KnownFailure, WrittenBy
 from .outcome import TestIdentity
@@ -35,6 +36,19 @@ def is_active(config: pytest.Config) -> bool:
 
 def settings_of(config: pytest.Config) -> options.RunSettings:
     return config.stash[SETTINGS]
+
+
+def adapter_settings_of(config: pytest.Config) -> AdapterSettings:
+    """The run's settings every way in honours (its own and those the suite opens itself,
+    the bundled interop references: conformance/test_interop.py)."""
+    run = settings_of(config)
+    return AdapterSettings(
+        call_timeout=run.call_timeout,
+        isolation=run.isolation,
+        sanitizer_runtime=run.sanitizer_runtime,
+        worker_memory=run.worker_memory_mib << 20,
+        concurrent_runs=int(getattr(config, "workerinput", {}).get("workercount", 1)),
+    )
 
 
 def testees_of(config: pytest.Config) -> list[Testee]:
@@ -64,6 +78,7 @@ __all__ = [
     "STARTED",
     "TESTED",
     "TESTEES",
+    "adapter_settings_of",
     "is_active",
     "parity_roots",
     "settings_of",

@@ -68,3 +68,12 @@ class Testee:
     def describe(self) -> str:
         """What the implementation says of itself, and the one geometry it serves if so."""
         return self.info.describe() + (f", geometry {self.geometry}" if self.geometry else "")
+
+
+@dataclass(frozen=True)
+class BundledSide:
+    """A side of an interop pair the suite brings itself rather than an --impl: the bundled
+    reference prefill client or decode server (conformance/test_interop.py). Its label names
+    its row (a client) or column (a server) in the report's producer x consumer matrix."""
+
+    label: str

@@ -19,6 +19,7 @@ from typing import Any
 
 import crc32c
 import grpc
+import numpy as np
 
 from . import pyref
 from .grpc_server import RECEIVE_LIMIT
@@ -93,7 +94,10 @@ def push(job: Mapping[str, Any]) -> dict[str, Any]:
     hashes = _block_hashes(job["tokens"], job["block_tokens"])
     n_blocks = -(-len(job["tokens"]) // job["block_tokens"])  # the tail's too
     pool = pyref.Pool(*dims, capacity=max(1, n_blocks))
-    blocks = pool.import_envelope(Path(job["kv_path"]).read_bytes())
+    if job["kv_path"] is None:
+        blocks = _own_kv(pool, hashes, len(job["tokens"]))
+    else:
+        blocks = pool.import_envelope(Path(job["kv_path"]).read_bytes())
     full = [h for h in hashes if h]
     options = [("grpc.max_receive_message_length", RECEIVE_LIMIT)]
     with grpc.insecure_channel(job["target"], options=options) as channel:
@@ -129,6 +133,16 @@ def push(job: Mapping[str, Any]) -> dict[str, Any]:
                 "blocks_reused": response.blocks_reused,
                 "payload_bytes": response.payload_bytes,
             }
+
+
+def _own_kv(pool: pyref.Pool, hashes: Sequence[int], n_tokens: int) -> list[int]:
+    """The engine's own KV of the prompt, asked for by a job without kv_path. The reference has
+    no model: its blocks hold zeros (a real engine's are its prefill's keys and values)."""
+    blocks = []
+    for index, block_hash in enumerate(hashes):
+        fill = min(pool.block_tokens, n_tokens - index * pool.block_tokens)
+        blocks.append(pool.write(block_hash, fill, np.zeros(pool.shape, dtype=np.float32)))
+    return blocks
 
 
 def _other_version(stub: _Stub, tried: set[int], ends: float) -> int | None:

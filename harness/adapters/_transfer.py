@@ -113,7 +113,8 @@ class PrefillJob:
     the decode server at `target`, the prompt `tokens` as one PushKv stream `request_id`,
     envelopes of version `kv_format`, within `deadline` seconds. `kv_path` is an envelope file
     the suite wrote with the oracle holding every block of the prompt (full blocks with their
-    hashes, then the partial tail), in version 1, so every payload can be checked byte for byte."""
+    hashes, then the partial tail), in version 1, so every payload can be checked byte for byte;
+    None asks for the engine's own KV of the tokens, whose payloads only structure can check."""
 
     target: str
     request_id: str
@@ -121,7 +122,7 @@ class PrefillJob:
     geometry: oracle.Geometry
     kv_format: int
     deadline: float
-    kv_path: str
+    kv_path: str | None
 
     def as_message(self) -> dict[str, object]:
         """The job as the client's `push` receives it: plain values only (JSON's)."""

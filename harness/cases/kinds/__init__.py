@@ -4,7 +4,14 @@ is built, how it runs against a testee. `KINDS` maps each YAML `kind:` to its cl
 from typing import Any
 
 from ._base import Case, CaseOrigin, FileContext, NotApplicableCase, check_imported
-from ._prefill import PrefillRun, Prompt, draw_prompt, pull_order_asked, shuffled_order
+from ._prefill import (
+    PrefillRun,
+    Prompt,
+    count_mistake,
+    draw_prompt,
+    pull_order_asked,
+    shuffled_order,
+)
 from .export import ExportCase
 from .hashing import HashCase, HashSequenceCase
 from .importing import ImportCase
@@ -47,6 +54,7 @@ __all__ = [
     "RoundtripCase",
     "TransferCase",
     "check_imported",
+    "count_mistake",
     "draw_prompt",
     "pull_order_asked",
     "shuffled_order",

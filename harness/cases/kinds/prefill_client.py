@@ -31,8 +31,10 @@ from ...testee import Testee
 from .._sources import CaseDataError
 from ._base import Case, FileContext
 from ._prefill import draw_prompt
-from ._prefill_checks import DEADLINE, RecordCheck, mistake
+from ._prefill_checks import CONTENT, DEADLINE, RecordCheck, mistake
 from .transfer import DEFAULT_VALUES
+
+SUITE_KV, ENGINE_KV = "suite", "engine"  # a case's `kv`: where the pushed KV comes from
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -53,6 +55,9 @@ class PrefillCase(Case):
     stall: str | None
     deadline: float | None  # the job's deadline, when shorter than the way in's
     values: Mapping[str, Any]
+    # Where the pushed KV comes from: the suite's envelope file (checked byte for byte), or the
+    # engine's own computation (the job's kv_path null: only the payloads' structure checked).
+    kv: str
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], common: dict[str, Any], ctx: FileContext) -> list[Case]:
@@ -70,6 +75,11 @@ class PrefillCase(Case):
         if any(not 0 <= i < full for i in held):
             raise CaseDataError(f"held {held_raw!r}: none, all, or indexes of the full blocks")
         fail = raw.get("fail_stream", {})
+        kv = raw.get("kv", SUITE_KV)
+        if kv == ENGINE_KV and CONTENT in common["reqs"]:
+            raise CaseDataError(
+                f"kv: {ENGINE_KV} cannot check {CONTENT}: the suite does not know the engine's KV"
+            )
         return [
             cls(
                 **common,
@@ -86,6 +96,7 @@ class PrefillCase(Case):
                 stall=raw.get("stall"),
                 deadline=raw.get("deadline"),
                 values=raw.get("values", DEFAULT_VALUES),
+                kv=kv,
             )
         ]
 
@@ -98,7 +109,7 @@ class PrefillCase(Case):
                 f"prefill cases test a prefill client of tl.kv.v1; {testee.label} is not one "
                 "(--impl prefill-py:package.module or prefill-exec:COMMAND)"
             )
-        if not testee.can(Capability.SUITE_KV):
+        if self.kv == SUITE_KV and not testee.can(Capability.SUITE_KV):
             return (
                 f"{testee.label} pushes its engine's own KV only (kv_from_suite false), and "
                 "every prefill case gives the client its KV, to check payloads byte for byte"
@@ -129,8 +140,10 @@ class PrefillCase(Case):
         )
         deadline = min(client.deadline, self.deadline or client.deadline)
         with tempfile.TemporaryDirectory(prefix="tlkv-prefill-") as folder:
-            kv_path = Path(folder) / "prompt.tlkv"
-            kv_path.write_bytes(oracle.encode(self.geometry, prompt.blocks, 1))
+            kv_path: Path | None = None
+            if self.kv == SUITE_KV:
+                kv_path = Path(folder) / "prompt.tlkv"
+                kv_path.write_bytes(oracle.encode(self.geometry, prompt.blocks, 1))
             with ScriptedDecodeServer(script) as server:
                 job = PrefillJob(
                     target=server.address,
@@ -139,7 +152,7 @@ class PrefillCase(Case):
                     geometry=self.geometry,
                     kv_format=self.version,
                     deadline=deadline,
-                    kv_path=str(kv_path),
+                    kv_path=None if kv_path is None else str(kv_path),
                 )
                 started = time.monotonic()
                 try:
