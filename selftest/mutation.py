@@ -93,8 +93,8 @@ class Mutant:
     # own; others name the same mistake as seen from another side)
     reqs: tuple[str, ...] = ()
     cause: tuple[str, ...] = ()
-    # held-out mutants: the diagnosis ids a judge accepts as naming the mistake (empty: not
-    # judged yet); they have no `cause`, which is the catalogue's tuning data
+    # held-out mutants: the diagnosis ids a judge accepts as naming the mistake (empty: none
+    # does, so no cause is the honest answer); they have no `cause`, the catalogue's tuning data
     accept: tuple[str, ...] = ()
     # why the first failure's diagnosis cannot name it, or its blame cannot be the mutated
     # requirements alone (known gaps, kept as data with their reason; empty: it must)
@@ -103,8 +103,12 @@ class Mutant:
 
     @property
     def suite(self) -> tuple[str, ...]:
-        if self.args:
-            return self.args
+        return self.args or self.whole_suite
+
+    @property
+    def whole_suite(self) -> tuple[str, ...]:
+        """What a user's gate runs against it, whatever `args` narrows its runs to: every case
+        (a gRPC server: the cases that fit its pool, GRPC_SUITE)."""
         return GRPC_SUITE if self.target == "grpc" else ()
 
 
@@ -419,11 +423,20 @@ def diagnosis_figures(outcomes: Sequence[Outcome]) -> list[str]:
     ]
 
 
-def run_reported(mutant: Mutant, workdir: Path, first_failure: bool = False) -> Outcome:
+def run_reported(
+    mutant: Mutant,
+    workdir: Path,
+    first_failure: bool = False,
+    paths: Sequence[str] | None = None,
+) -> Outcome:
     """run_mutant with a conformance report, read into the outcome (its probable causes)."""
     report = workdir / "report"
     outcome = run_mutant(
-        mutant, workdir, extra=[f"--conformance-report={report}"], first_failure=first_failure
+        mutant,
+        workdir,
+        extra=[f"--conformance-report={report}"],
+        first_failure=first_failure,
+        paths=paths,
     )
     json_report = report.with_name("report.json")
     if json_report.exists():
@@ -431,44 +444,50 @@ def run_reported(mutant: Mutant, workdir: Path, first_failure: bool = False) -> 
     return outcome
 
 
-def _run_one(mutant: Mutant, first_failure: bool = False) -> Outcome:
+def _run_one(
+    mutant: Mutant, first_failure: bool = False, paths: Sequence[str] | None = None
+) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="mutant-") as workdir:
-        return run_reported(mutant, Path(workdir), first_failure)
+        return run_reported(mutant, Path(workdir), first_failure, paths)
 
 
 # -- the held-out set ---------------------------------------------------------------------------
 
-VERDICTS = ("right", "none", "wrong", "unjudged")
+VERDICTS = ("right", "none", "wrong")
 # A test parametrized by the implementation names the run's temporary library in its id.
 TEMPORARY_IMPL = re.compile(r"\[ctypes:[^]]*\]")
 
 
 def held_out_verdict(outcome: Outcome) -> str:
-    """right: the first probable cause is one the judge accepts for the mistake; none: there is
-    no probable cause; wrong: a cause the judge does not accept; unjudged: no `accept` yet."""
-    cause = outcome.first_diagnosis
+    """The verdict on the first probable cause of a held-out mutant's run."""
+    return verdict_of(outcome.first_diagnosis, outcome.mutant.accept)
+
+
+def verdict_of(cause: str, accept: Sequence[str]) -> str:
+    """right: the first probable cause (`cause`) is one the judge accepts for the mistake, or
+    "one of" several, one of them accepted; none: there is no probable cause (the report says no
+    known mistake matches); wrong: a cause the judge does not accept, a wrong name (an empty
+    `accept`: no cause names the mistake)."""
     if not cause:
         return "none"
-    if not outcome.mutant.accept:
-        return "unjudged"
-    return "right" if names(cause, outcome.mutant.accept) else "wrong"
+    return "right" if names(cause, accept) else "wrong"
 
 
 def held_out_figures(outcomes: Sequence[Outcome]) -> list[str]:
     """The diagnosis's figures on the held-out set, as Markdown lines."""
     caught = [o for o in outcomes if o.killed]
     counts = {v: sum(held_out_verdict(o) == v for o in caught) for v in VERDICTS}
-    total = max(len(caught), 1)
-    lines = [
-        f"- Caught: {len(caught)} of {len(outcomes)}.",
+    return [f"- Caught: {len(caught)} of {len(outcomes)}.", verdict_figures(counts)]
+
+
+def verdict_figures(counts: dict[str, int]) -> str:
+    """The Markdown line of the held-out figures, from the count of each verdict."""
+    total = max(sum(counts.values()), 1)
+    return (
         "- First probable cause of the caught ones: "
         + "; ".join(f"{v} {counts[v]} ({counts[v] / total:.0%})" for v in VERDICTS)
-        + ".",
-    ]
-    unjudged = sorted({o.first_diagnosis for o in caught if held_out_verdict(o) == "unjudged"})
-    if unjudged:
-        lines.append(f"- Causes seen where `accept` is empty: {', '.join(unjudged)}.")
-    return lines
+        + "."
+    )
 
 
 def held_out_report(outcomes: Sequence[Outcome]) -> str:
@@ -481,13 +500,15 @@ def held_out_report(outcomes: Sequence[Outcome]) -> str:
         "runs one mutant and writes nothing). selftest/mutants/held-out.yaml holds mistakes",
         "written from the format and the contract without reading the diagnosis, kept apart",
         "from the catalogue its signatures were tuned on (selftest/test_held_out.py checks the",
-        "two are disjoint). Each mutant runs its suite to the first failure (`-x`, as",
-        "selftest/test_mutants.py does) with a conformance report; the probable cause is the",
-        "report's first.",
+        "two are disjoint). Each mutant runs the whole suite as a user's gate does (every case,",
+        "not to the first failure; a gRPC server the cases that fit its pool) with a",
+        "conformance report; the probable cause is the report's first *start here* cause.",
         "",
-        "Verdict: *right* when the cause is in the mutant's `accept` list, *none* when there is",
-        "no probable cause, *wrong* when it is another cause, *unjudged* while `accept` is empty",
-        "(a judge fills it by mapping each description to the diagnosis's cause ids).",
+        "Verdict: *right* when the cause is in the mutant's `accept` list (filled by a judge",
+        "before any run, the rule in the set's header) or is *one of* known mistakes that give",
+        "the same bytes, one of them accepted; *none* when there is no probable cause",
+        "(no known mistake matches), *wrong* when it is another cause: a wrong name (also any",
+        "cause where `accept` is empty, no cause naming that mistake yet).",
         "",
         *held_out_figures(outcomes),
         "",
@@ -506,8 +527,8 @@ def held_out_report(outcomes: Sequence[Outcome]) -> str:
 
 
 def held_out(only: Sequence[str], out: Path, jobs: int) -> int:
-    """Run the held-out mutants (those in `only`, else all), print each and the figures, and
-    with all of them write `out`; 1 when one is not caught."""
+    """Run the whole suite against each held-out mutant (those in `only`, else all), print each
+    and the figures, and with all of them write `out`; 1 when one is not caught."""
     mutants = load_catalogue(HELD_OUT)
     unknown = sorted(set(only) - {m.id for m in mutants})
     if unknown:
@@ -517,7 +538,7 @@ def held_out(only: Sequence[str], out: Path, jobs: int) -> int:
     outcomes = []
     with ThreadPoolExecutor(jobs) as pool:
         try:
-            for o in pool.map(lambda m: _run_one(m, first_failure=True), chosen):
+            for o in pool.map(lambda m: _run_one(m, paths=m.whole_suite), chosen):
                 outcomes.append(o)
                 first = o.killers[0] if o.killers else "-"
                 verdict = held_out_verdict(o) if o.killed else "NOT CAUGHT"
