@@ -15,6 +15,7 @@ import contextlib
 import json
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -159,6 +160,7 @@ class Outcome:
     mutant: Mutant
     run: SuiteRun
     report: dict[str, Any] | None = None  # the JSON conformance report, when one was written
+    first_failure_only: bool = False  # a held-out gate run cut to its first failure
 
     @property
     def killed(self) -> bool:
@@ -477,7 +479,14 @@ def held_out_figures(outcomes: Sequence[Outcome]) -> list[str]:
     """The diagnosis's figures on the held-out set, as Markdown lines."""
     caught = [o for o in outcomes if o.killed]
     counts = {v: sum(held_out_verdict(o) == v for o in caught) for v in VERDICTS}
-    return [f"- Caught: {len(caught)} of {len(outcomes)}.", verdict_figures(counts)]
+    lines = [f"- Caught: {len(caught)} of {len(outcomes)}.", verdict_figures(counts)]
+    cut = [o.mutant.id for o in outcomes if o.first_failure_only]
+    if cut:
+        lines.append(
+            f"- Run to the first failure only (a sanitizer build, or a whole suite that did not "
+            f"end in 600 s): {', '.join(cut)}."
+        )
+    return lines
 
 
 def verdict_figures(counts: dict[str, int]) -> str:
@@ -526,6 +535,17 @@ def held_out_report(outcomes: Sequence[Outcome]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _gate_run(mutant: Mutant) -> Outcome:
+    """The whole suite against the mutant, as a user's gate runs it; for a sanitizer build, and
+    for a run that does not end in time, to its first failure (the suite's; marked)."""
+    if not mutant.sanitize:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return _run_one(mutant, paths=mutant.whole_suite)
+    outcome = _run_one(mutant, first_failure=True, paths=mutant.whole_suite)
+    outcome.first_failure_only = True
+    return outcome
+
+
 def held_out(only: Sequence[str], out: Path, jobs: int) -> int:
     """Run the whole suite against each held-out mutant (those in `only`, else all), print each
     and the figures, and with all of them write `out`; 1 when one is not caught."""
@@ -538,12 +558,13 @@ def held_out(only: Sequence[str], out: Path, jobs: int) -> int:
     outcomes = []
     with ThreadPoolExecutor(jobs) as pool:
         try:
-            for o in pool.map(lambda m: _run_one(m, paths=m.whole_suite), chosen):
+            for o in pool.map(_gate_run, chosen):
                 outcomes.append(o)
                 first = o.killers[0] if o.killers else "-"
                 verdict = held_out_verdict(o) if o.killed else "NOT CAUGHT"
                 cause = f"{o.first_diagnosis or '-'}: {o.first_title}"
-                print(f"{o.mutant.id}: {verdict}; {first}; {cause}", flush=True)
+                cut = " (first failure only)" if o.first_failure_only else ""
+                print(f"{o.mutant.id}: {verdict}; {first}{cut}; {cause}", flush=True)
         except MutantError as exc:
             pool.shutdown(cancel_futures=True)
             print(str(exc).splitlines()[0], file=sys.stderr)
