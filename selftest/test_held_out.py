@@ -3,7 +3,7 @@ apart from the catalogue the diagnosis was tuned on.
 
 The diagnosis's figures on it (right, none, wrong name) come from whole-suite runs, as a user's
 gate gives them: `python -m selftest.mutation held-out` writes them to docs/held-out.md. A
-whole suite per mistake is too costly here (39 of them, 10 to 30 s each), so the self-test runs
+whole suite per mistake is too costly here (39 of them, 10 to 60 s each), so the self-test runs
 each mistake to its first failure only (its `args`), to check it is caught and record that
 failure's probable cause and verdict as properties, and checks that docs/held-out.md's figures
 are those its table's causes give under the current `accept` lists (a list judged again
