@@ -305,6 +305,31 @@ def test_f16_truncation_in_an_export() -> None:
     assert (got.cause.id, got.blamed) == ("f16-round-toward-zero", ("V1-F16",))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_f16_overflow_truncated_or_saturated() -> None:
+    """f32 values past the f16 range (an f32 pool's) are infinities in f16; a truncating
+    converter and a saturating one both write +-65504 (7b ff, fb ff) for them. Only those
+    differing, the bytes cannot tell the two apart; beside a value truncation rounds down
+    (1 + 3 * 2^-12: nearest 1 + 2^-10, truncated 1.0), only truncation explains them."""
+    values = np.zeros(GEOMETRY.values_shape, dtype=F32)
+    values[0, 0, 0, 0, :3] = 70000.0, -1e6, 1.0
+    written = oracle.f32_to_f16_bits(values).astype("<u2")
+    assert list(written[0, 0, 0, 0, :2]) == [0x7C00, 0xFC00]
+    written[0, 0, 0, 0, :2] = 0x7BFF, 0xFBFF
+    blocks = [oracle.Block(0x1234, 4, values)]
+    got = _envelope_case(1, written.tobytes(), blocks)
+    assert (got.cause.id, got.blamed) == (
+        "one-of:f16-round-toward-zero+f16-saturated",
+        ("V1-F16",),
+    )
+    assert got.cause.title.startswith("one of: f32 values rounded to f16 by truncation")
+    values[0, 0, 0, 0, 2] = 1.0 + 3 * 2.0**-12
+    assert oracle.f32_to_f16_bits(values)[0, 0, 0, 0, 2] == 0x3C01
+    written[0, 0, 0, 0, 2] = 0x3C00
+    got = _envelope_case(1, written.tobytes(), [oracle.Block(0x1234, 4, values)])
+    assert (got.cause.id, got.blamed) == ("f16-round-toward-zero", ("V1-F16",))
+
+
 def test_nan_payload_and_sign() -> None:
     values = oracle.round_to_f16(_values())
     bits = oracle.f32_to_f16_bits(values).copy()
@@ -384,19 +409,44 @@ def test_v2_amax_over_unfilled_positions() -> None:
     assert (got.cause.id, got.blamed) == ("v2-amax-over-unfilled", ("V2-SCALE",))
 
 
+def _tie_rounded_to_even(amax: float, x: float, up: float) -> Attribution:
+    """A slab of amax, x (whose exact quotient x * 448 / amax is an e4m3 midpoint, rounded up
+    in f32) and `up` (a quotient rounded up, not a tie; 0: none), the tie's code written as
+    the exact quotient rounds it, to the even code one step toward zero."""
+    values = np.zeros(GEOMETRY.values_shape, dtype=F32)
+    values[0, 0, 0, 0, :3] = amax, x, up
+    blocks = [oracle.Block(0x1234, 4, values)]
+    wrong = bytearray(oracle.encode_payload(GEOMETRY, 2, 4, values))
+    assert wrong[1] & 0x7F in (0x73, 0x6B), hex(wrong[1])  # 168.00002 or 84.00001: odd codes
+    wrong[1] -= 1  # 168 or 84 exactly rounds to even
+    return _envelope_case(2, bytes(wrong), blocks)
+
+
 def test_v2_quotient_in_f64_at_a_tie() -> None:
     """The issue's tie: amax 0.88671875, x -0.33251953125: f32 168.00002 -> 0xF3, exact 168 ->
-    0xF2."""
-    values = np.zeros(GEOMETRY.values_shape, dtype=F32)
-    values[0, 0, 0, 0, 0] = 0.88671875
-    values[0, 0, 0, 0, 1] = -0.33251953125
-    blocks = [oracle.Block(0x1234, 4, values)]
-    right = oracle.encode_payload(GEOMETRY, 2, 4, values)
-    wrong = bytearray(right)
-    assert wrong[1] == 0xF3
-    wrong[1] = 0xF2  # 168 exactly rounds to even
-    got = _envelope_case(2, bytes(wrong), blocks)
+    0xF2. Alone, a truncating encoder gives it too (one of the two); beside a quotient that
+    rounds up (0.2 -> 101.05 -> 104, 0x6D; truncated 96), only the f64 quotient does."""
+    got = _tie_rounded_to_even(0.88671875, -0.33251953125, 0.0)
+    assert (got.cause.id, got.blamed) == (
+        "one-of:v2-quotient-in-f64+v2-round-toward-zero",
+        ("V2-E4M3",),
+    )
+    assert got.cause.title.startswith("one of: the quotient computed in f64")
+    got = _tie_rounded_to_even(0.88671875, -0.33251953125, 0.2)
     assert (got.cause.id, got.blamed) == ("v2-quotient-in-f64", ("V2-E4M3",))
+
+
+def test_v2_quotient_in_f64_or_reciprocal_at_the_same_tie() -> None:
+    """amax 0.2225341796875 (scale 4.967281e-4), x 0.0834503173828125: exactly 84, an e4m3
+    midpoint; x / scale is 84.00001 (0x6B), x * (1/scale) is 84.0, as is the f64 quotient, and
+    both round it to the even 0x6A. The bytes cannot tell the two apart: one of them, not
+    either alone."""
+    got = _tie_rounded_to_even(0.2225341796875, 0.0834503173828125, 0.05)
+    assert (got.cause.id, got.blamed) == (
+        "one-of:v2-quotient-in-f64+v2-quotient-reciprocal",
+        ("V2-E4M3",),
+    )
+    assert "x * (1/scale)" in got.cause.title
 
 
 def test_v2_nan_at_the_top() -> None:

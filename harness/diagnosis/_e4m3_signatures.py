@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import oracle
 from ._causes import Cause
+from ._signatures import one_of
 
 F32 = np.float32
 E4M3_MAX = oracle.E4M3_MAX
@@ -120,7 +121,8 @@ def code_causes(
         # An all-zero slab (scale 1.0) has nothing to divide: its codes are 0 either way.
         wide = np.where(amax == 0, 1.0, amax.astype(np.float64))[..., None, None]
         exact = x.astype(np.float64) * float(E4M3_MAX) / wide
-        # Most specific first: at a lone tie, truncation gives the same code as f64.
+        # Each that gives exactly these codes is named: at a lone tie, the f64 quotient, the
+        # reciprocal and truncation can all round to the same even code.
         variants = {
             "v2-quotient-in-f64": (
                 "the quotient computed in f64 (x * 448 / amax) instead of x / scale in f32",
@@ -138,19 +140,19 @@ def code_causes(
                 _toward_zero(q),
             ),
         }
-    for cause_id, (title, reqs, codes) in variants.items():
-        if (codes == got).all() and (codes != want).any():
-            at = np.flatnonzero(differ.ravel())[0]
-            return [
-                Cause(
-                    cause_id,
-                    title,
-                    reqs,
-                    f"{int(differ.sum())} codes differ, each as that computation rounds; e.g. x "
-                    f"{float(x.ravel()[at])!r}: {int(got.ravel()[at]):#04x} written, "
-                    f"{int(want.ravel()[at]):#04x} due",
-                )
-            ]
+    at = np.flatnonzero(differ.ravel())[0]
+    evidence = (
+        f"{int(differ.sum())} codes differ, each as that computation rounds; e.g. x "
+        f"{float(x.ravel()[at])!r}: {int(got.ravel()[at]):#04x} written, "
+        f"{int(want.ravel()[at]):#04x} due"
+    )
+    matching = [
+        Cause(cause_id, title, reqs, evidence)
+        for cause_id, (title, reqs, codes) in variants.items()
+        if (codes == got).all() and (codes != want).any()
+    ]
+    if matching:
+        return [one_of(matching)]
     nan_got = (got & 0x7F) == 0x7F
     if (nan_got[differ]).all() and ((want[differ] & 0x7F) == 0x7E).all():
         tiny = scales < np.finfo(F32).tiny

@@ -6,6 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from ._causes import Cause
+from ._signatures import one_of
+
+F16_INFINITY, F16_MAX = 0x7C00, 0x7BFF
 
 
 def f16_causes(want: np.ndarray, got: np.ndarray, how: str) -> list[Cause]:
@@ -59,15 +62,23 @@ def f16_causes(want: np.ndarray, got: np.ndarray, how: str) -> list[Cause]:
         (g & 0x7FFF).astype(np.int32) == (w & 0x7FFF) - 1
     )
     if toward_zero.all() and not nan_w.any():
-        return [
-            Cause(
-                "f16-round-toward-zero",
-                "f32 values rounded to f16 by truncation, not to nearest even",
-                ("V1-F16",),
-                f"each of the {int(diff.sum())} differing values is {how} one f16 step toward "
-                "zero from the nearest-even one",
-            )
-        ]
+        truncated = Cause(
+            "f16-round-toward-zero",
+            "f32 values rounded to f16 by truncation, not to nearest even",
+            ("V1-F16",),
+            f"each of the {int(diff.sum())} differing values is {how} one f16 step toward "
+            "zero from the nearest-even one",
+        )
+        if not ((w & 0x7FFF) == F16_INFINITY).all():
+            return [truncated]
+        # Only values past the f16 range differ, each written as +-65504 for an infinity:
+        # clamping to the largest finite f16 gives exactly these bytes too.
+        saturated = Cause(
+            "f16-saturated",
+            "f32 values past the f16 range saturated to +-65504 instead of rounded to infinity",
+            ("V1-F16",),
+        )
+        return [one_of([truncated, saturated])]
     if ((w_exp == 0) & (w_man != 0)).all() and (g == (w & 0x8000)).all():
         return [
             Cause(

@@ -11,6 +11,23 @@ from .. import oracle
 from ._causes import FORMAT_ERRORS, Cause
 
 U64 = (1 << 64) - 1
+# The id of known mistakes named together: "one-of:" and their ids joined by "+".
+ONE_OF = "one-of:"
+
+
+def one_of(causes: Sequence[Cause]) -> Cause:
+    """The known mistakes that give exactly the bytes the implementation gave, each checked on
+    this run's evidence, named together when the evidence cannot tell them apart (one alone:
+    that one). The evidence is the first's; the report says "one of: A; B", never A alone."""
+    if len(causes) == 1:
+        return causes[0]
+    return Cause(
+        ONE_OF + "+".join(c.id for c in causes),
+        "one of: " + "; ".join(c.title for c in causes),
+        tuple(dict.fromkeys(r for c in causes for r in c.reqs)),
+        f"{causes[0].evidence} (each of these mistakes gives exactly these bytes)",
+        frozenset().union(*(c.explains for c in causes)),
+    )
 
 
 def _fnv1(data: bytes) -> int:
