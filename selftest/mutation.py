@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tlkv_conformance.diagnosis._signatures import ONE_OF
+from tlkv_conformance.diagnosis import ONE_OF
 from tlkv_conformance.references.clib.build import build_library
 from tlkv_conformance.requirements import requirements
 

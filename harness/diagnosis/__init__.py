@@ -38,11 +38,12 @@ from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, 
 from ._envelope import envelope_attribution
 from ._faults import fault_title
 from ._probe import probe_reader
-from ._signatures import CRC_CAUSES, hash_causes, reader_crc_cause
+from ._signatures import CRC_CAUSES, ONE_OF, hash_causes, reader_crc_cause
 from ._values import values_attribution
 
 __all__ = [
     "MAX_FINDINGS",
+    "ONE_OF",
     "Attribution",
     "Cause",
     "Finding",
