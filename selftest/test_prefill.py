@@ -5,6 +5,7 @@ hangs, exits or answers garbage (a failed case, the run goes on); the reference 
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 import time
@@ -133,6 +134,21 @@ def test_reference_client_passes_and_other_impls_skip(tmp_path: Path) -> None:
     assert "ref is not one (--impl prefill-py:package.module or prefill-exec:COMMAND)" in (
         skipped.output
     )
+
+
+def test_the_property_tests_skip_a_prefill_client_before_drawing(tmp_path: Path) -> None:
+    """A prefill client has no pool: each property test is skipped as not applicable at once,
+    not after drawing examples that are each skipped in turn (seconds per test)."""
+    run = run_conformance(
+        [f"--impl={REFERENCE}", "conformance/test_fuzz.py", "--durations=0", "--durations-min=0"],
+        tmp_path,
+    )
+    assert run.returncode == 6, run.output[-3000:]  # nothing shown: never a pass
+    assert list(run.outcomes.values()) == ["skipped"] * 5, run.outcomes
+    assert "cannot observe pool through this way in" in run.output
+    calls = re.findall(r"^(\d+\.\d+)s call +conformance/test_fuzz.py::(\w+)", run.output, re.M)
+    slow = {name: float(took) for took, name in calls if float(took) > 1.0}
+    assert slow == {}, run.output[-3000:]
 
 
 def test_a_module_without_the_protocol_is_one_line(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ is built, how it runs against a testee. `KINDS` maps each YAML `kind:` to its cl
 
 from typing import Any
 
-from ._base import Case, CaseOrigin, FileContext, NotApplicableCase, check_imported
+from ._base import Case, CaseOrigin, FileContext, NotApplicableCase, check_imported, needs
 from ._prefill import PrefillRun, Prompt, draw_prompt, pull_order_asked, shuffled_order
 from .export import ExportCase
 from .hashing import HashCase, HashSequenceCase
@@ -48,6 +48,7 @@ __all__ = [
     "TransferCase",
     "check_imported",
     "draw_prompt",
+    "needs",
     "pull_order_asked",
     "shuffled_order",
 ]
