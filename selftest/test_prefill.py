@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -239,16 +240,29 @@ def test_reference_harness_passes(tmp_path: Path) -> None:
     assert len(run.passed) == len(run.outcomes) == len(every_case), run.outcomes
 
 
-def test_the_example_harness_copied_out_of_the_package_runs(tmp_path: Path) -> None:
-    """README: an engine team copies the bundled harness and runs it as a script of its own."""
-    from tlkv_conformance.references import prefill_harness
+def _readme_prefill_commands() -> list[str]:
+    """The shell lines of README's "Testing your prefill client" example."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Testing your prefill client", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
 
-    copy = tmp_path / "my_harness.py"
-    copy.write_bytes(Path(prefill_harness.__file__).read_bytes())
-    command = shlex.join([sys.executable, str(copy)])
-    run = run_conformance([f"--impl=prefill-exec:{command}", CASES, "-k", "held"], tmp_path)
-    assert run.returncode == 0, run.output[-3000:]
-    assert len(run.passed) == len(run.outcomes) >= 3, run.outcomes
+
+def test_the_readme_example_runs_from_an_empty_folder(tmp_path: Path) -> None:
+    """README: an engine team copies the bundled harness into a folder of its own and runs only
+    the prefill cases with it, as the README says, word for word (the venv's interpreter for
+    its `.venv/bin/python`)."""
+    copy, run_own, *_ = _readme_prefill_commands()
+    every_case = yaml.safe_load((ROOT / CASES).read_text(encoding="utf-8"))["cases"]
+    for line in (copy, run_own):
+        command = line.replace(".venv/bin/python", shlex.quote(sys.executable))
+        done = subprocess.run(
+            command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+    assert (tmp_path / "my_harness.py").is_file()
+    assert f"{len(every_case)} passed, " in done.stdout, done.stdout[-3000:]
+    assert "gate: PASS" in done.stdout
 
 
 def test_a_harness_command_not_found_is_one_line(tmp_path: Path) -> None:

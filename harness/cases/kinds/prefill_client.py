@@ -38,7 +38,7 @@ from .transfer import DEFAULT_VALUES
 @dataclass(frozen=True, eq=False, kw_only=True)
 class PrefillCase(Case):
     kind = "prefill"
-    markers = ("transfer",)  # the tl.kv.v1 transfer, from its other side
+    markers = ("transfer", "prefill")  # the tl.kv.v1 transfer, from its other side
 
     geometry: oracle.Geometry
     version: int  # the version the job asks the client to write
