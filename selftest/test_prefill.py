@@ -31,6 +31,7 @@ from tlkv_conformance.scripted_server import (
     StreamEnded,
 )
 
+from selftest.mutation import load_catalogue, planted
 from selftest.support import ROOT, run_conformance
 
 GEOMETRY = oracle.Geometry(2, 1, 1, 2)
@@ -211,6 +212,19 @@ def test_a_client_reporting_success_after_data_loss_is_caught(tmp_path: Path) ->
     ]
     assert run.failed == refused, run.outcomes
     assert {run.diagnoses[node] for node in refused} == {"prefill-silent-failure"}
+
+
+def test_a_client_rounding_e4m3_ties_away_from_zero_is_caught(tmp_path: Path) -> None:
+    """The v2 case's KV holds exact e4m3 ties (and the other edges of the v2 writer cases), so
+    a codec that rounds them away from zero sends other payload bytes than the oracle's (the
+    catalogue's mutant: the reference client over a patched copy of its codec)."""
+    mutant = next(m for m in load_catalogue() if m.id == "prefill-e4m3-ties-away")
+    with planted(mutant, tmp_path / "mutant") as (impl, package):
+        run = run_conformance([f"--impl={impl}", CASES, "-k", "v2"], tmp_path, pythonpath=package)
+    caught = f"{CASES}::v2-held-prefix"
+    assert run.returncode == 1, run.output[-3000:]
+    assert run.failed == [caught], run.outcomes
+    assert (run.blamed[caught], run.diagnoses[caught]) == (["PREFILL-CONTENT"], "prefill-content")
 
 
 # -- the harness-process way in (prefill-exec:COMMAND) ------------------------------------------
