@@ -221,7 +221,7 @@ def test_a_client_rounding_e4m3_ties_away_from_zero_is_caught(tmp_path: Path) ->
     mutant = next(m for m in load_catalogue() if m.id == "prefill-e4m3-ties-away")
     with planted(mutant, tmp_path / "mutant") as (impl, package):
         run = run_conformance([f"--impl={impl}", CASES, "-k", "v2"], tmp_path, pythonpath=package)
-    caught = f"{CASES}::v2-held-prefix"
+    caught = f"{CASES}::v2-e4m3-edges"
     assert run.returncode == 1, run.output[-3000:]
     assert run.failed == [caught], run.outcomes
     assert (run.blamed[caught], run.diagnoses[caught]) == (["PREFILL-CONTENT"], "prefill-content")

@@ -28,6 +28,7 @@ from ...checks import CaseFailure
 from ...errors import ImplementationFault
 from ...scripted_server import ScriptedDecodeServer, ServerScript
 from ...testee import Testee
+from ...values import make_values
 from .._sources import CaseDataError
 from ._base import Case, FileContext
 from ._prefill import draw_prompt
@@ -69,6 +70,10 @@ class PrefillCase(Case):
         held = named.get(held_raw, ()) if isinstance(held_raw, str) else tuple(held_raw)
         if any(not 0 <= i < full for i in held):
             raise CaseDataError(f"held {held_raw!r}: none, all, or indexes of the full blocks")
+        values = raw.get("values", DEFAULT_VALUES)
+        # Its positions at this geometry (`B//2`, `D-4`): one that is not in the block makes
+        # the case not applicable here, skipped with the reason, rather than an error at run.
+        make_values(values, geometry)
         fail = raw.get("fail_stream", {})
         return [
             cls(
@@ -85,7 +90,7 @@ class PrefillCase(Case):
                 fail_streams=fail.get("streams"),
                 stall=raw.get("stall"),
                 deadline=raw.get("deadline"),
-                values=raw.get("values", DEFAULT_VALUES),
+                values=values,
             )
         ]
 
