@@ -227,6 +227,22 @@ def test_a_client_rounding_e4m3_ties_away_from_zero_is_caught(tmp_path: Path) ->
     assert (run.blamed[caught], run.diagnoses[caught]) == (["PREFILL-CONTENT"], "prefill-content")
 
 
+def test_a_dropped_tail_alone_is_reported_as_no_chunk_sent(tmp_path: Path) -> None:
+    """A prompt shorter than a block, its tail dropped: a stream without a chunk, reported as
+    that and blamed on XFER-TAIL (not as chunks carrying another request id)."""
+    mutant = next(m for m in load_catalogue() if m.id == "prefill-tail-dropped")
+    with planted(mutant, tmp_path / "mutant") as (impl, package):
+        run = run_conformance(
+            [f"--impl={impl}", CASES, "-k", "tail-only"], tmp_path, pythonpath=package
+        )
+    case = f"{CASES}::tail-only"
+    assert run.failed == [case], run.outcomes
+    assert (run.blamed[case], run.diagnoses[case]) == (["XFER-TAIL"], "prefill-tail-dropped")
+    message = run.messages[case]
+    assert "stream 0 ended without a chunk; the prompt is 1 block, the partial tail" in message
+    assert "request id" not in message.split("the server's record")[0], message
+
+
 # -- the harness-process way in (prefill-exec:COMMAND) ------------------------------------------
 
 REFERENCE_HARNESS = shlex.join(
