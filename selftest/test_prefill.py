@@ -5,8 +5,11 @@ hangs, exits or answers garbage (a failed case, the run goes on); the reference 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -293,6 +296,27 @@ def test_the_readme_example_runs_from_an_empty_folder(tmp_path: Path) -> None:
     assert (tmp_path / "my_harness.py").is_file()
     assert f"{len(every_case)} passed, " in done.stdout, done.stdout[-3000:]
     assert "gate: PASS" in done.stdout
+
+
+def test_a_harness_commands_build_is_its_executable_and_the_files_it_names(tmp_path: Path) -> None:
+    """The report's fingerprint of a harness covers its script, not only the interpreter
+    (known-failures files record it: a changed script must read as another build)."""
+    from tlkv_conformance.references import prefill_harness
+
+    script = tmp_path / "my_harness.py"
+    script.write_bytes(Path(prefill_harness.__file__).read_bytes())
+    impl = "prefill-exec:" + shlex.join([sys.executable, str(script)])
+    report = tmp_path / "report"
+    run = run_conformance(
+        [f"--impl={impl}", CASES, "-k", "tail-only", f"--conformance-report={report}"], tmp_path
+    )
+    assert run.returncode == 0, run.output[-3000:]
+    (tested,) = json.loads(report.with_suffix(".json").read_text())["implementations"]
+    interpreter = Path(shutil.which(sys.executable) or sys.executable)
+    assert tested["fingerprint"] == "; ".join(
+        f"{path.name}, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
+        for path, data in ((p, p.read_bytes()) for p in (interpreter, script))
+    )
 
 
 def test_a_harness_command_not_found_is_one_line(tmp_path: Path) -> None:
