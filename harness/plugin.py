@@ -66,6 +66,7 @@ MARKERS = {
     "reader": "importing envelopes and the reader rules",
     "pool": "pool behaviour: writes, references, the hash registry",
     "transfer": "the tl.kv.v1 gRPC transfer",
+    "prefill": "the prefill side of tl.kv.v1: a prefill client under test (cases/prefill.yaml)",
     "fuzz": "property tests on drawn inputs (hypothesis; --hypothesis-profile, docs/fuzzing.md)",
     "reqs(*ids)": f"the requirement ids ({REQUIREMENTS_FILE}) a test checks",
 }

@@ -58,12 +58,18 @@ class Testee:
         return self.adapter.geometry
 
     def fingerprint(self) -> str:
-        """Which build was tested: the file loaded (name, size, sha256), or the address."""
+        """Which build was tested: the files loaded (each one's name, size and sha256: a
+        library, a module, a harness command's executable and the files its arguments name),
+        or the address."""
         origin = getattr(self.adapter, "origin", None)
-        if isinstance(origin, Path) and origin.is_file():
-            data = origin.read_bytes()
-            return f"{origin.name}, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
-        return self.spec.target
+        loaded = origin if isinstance(origin, tuple) else (origin,)
+        files = [path for path in loaded if isinstance(path, Path) and path.is_file()]
+        if not files:
+            return self.spec.target
+        return "; ".join(
+            f"{path.name}, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
+            for path, data in ((path, path.read_bytes()) for path in files)
+        )
 
     def describe(self) -> str:
         """What the implementation says of itself, and the one geometry it serves if so."""

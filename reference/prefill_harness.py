@@ -1,6 +1,7 @@
 """A prefill-client harness: the reference prefill client behind the suite's JSON-lines protocol
 (docs/contract.md, "A prefill client as a harness process"), run by
-`--impl="prefill-exec:python -m tlkv_conformance.references.prefill_harness"`.
+`--impl="prefill-exec:.venv/bin/python -m tlkv_conformance.references.prefill_harness"` (the
+suite's interpreter, named: a bare `python` is whichever the PATH finds).
 
 It is also the example an engine team copies: replace `prefill_client.push` with a call into
 your own client library (it gets the job, and returns the server's counts or the status the

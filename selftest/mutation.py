@@ -86,8 +86,9 @@ class Mutant:
     # with SHOULD warnings diagnosed as `cause` (and a --strict run is caught as any other)
     expect: str = "caught"
     server: dict = field(default_factory=dict, hash=False, compare=False)
-    # for grpc mutants: the file under reference/ the patch applies to
-    file: str = GRPC_SERVICE
+    # for grpc and prefill mutants: the file under reference/ the patch applies to (by default
+    # the service, the client)
+    file: str = ""
     # pytest arguments choosing what to run (default: everything; gRPC: GRPC_SUITE)
     args: tuple[str, ...] = ()
     # the requirement(s) the bug breaks (none: a robustness bug of an operation, whose
@@ -254,7 +255,7 @@ def planted(
         patched_copy(TARGETS["py"], list(mutant.patch), workdir / f"{_name(mutant)}.py")
         yield f"py:{_name(mutant)}", workdir
     elif mutant.target == "grpc":
-        package = _patched_references(mutant, workdir / "server", mutant.file)
+        package = _patched_references(mutant, workdir / "server", mutant.file or GRPC_SERVICE)
         config = {**DEFAULT_SERVER, **mutant.server}
         try:
             server = start_reference_server(
@@ -276,7 +277,7 @@ def planted(
     elif mutant.target == "prefill":
         # The client imports the references beside it: a patched copy of the whole package.
         client = TARGETS["prefill"].name
-        package = _patched_references(mutant, workdir / "client", client)
+        package = _patched_references(mutant, workdir / "client", mutant.file or client)
         yield f"prefill-py:{MUTANT_PACKAGE}.{Path(client).stem}", package
     else:
         raise MutantError(f"{mutant.id}: unknown target {mutant.target!r}")

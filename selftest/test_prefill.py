@@ -5,7 +5,12 @@ hangs, exits or answers garbage (a failed case, the run goes on); the reference 
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import shlex
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +34,7 @@ from tlkv_conformance.scripted_server import (
     StreamEnded,
 )
 
+from selftest.mutation import load_catalogue, planted
 from selftest.support import ROOT, run_conformance
 
 GEOMETRY = oracle.Geometry(2, 1, 1, 2)
@@ -135,6 +141,21 @@ def test_reference_client_passes_and_other_impls_skip(tmp_path: Path) -> None:
     )
 
 
+def test_the_property_tests_skip_a_prefill_client_before_drawing(tmp_path: Path) -> None:
+    """A prefill client has no pool: each property test is skipped as not applicable at once,
+    not after drawing examples that are each skipped in turn (seconds per test)."""
+    run = run_conformance(
+        [f"--impl={REFERENCE}", "conformance/test_fuzz.py", "--durations=0", "--durations-min=0"],
+        tmp_path,
+    )
+    assert run.returncode == 6, run.output[-3000:]  # nothing shown: never a pass
+    assert list(run.outcomes.values()) == ["skipped"] * 5, run.outcomes
+    assert "cannot observe pool through this way in" in run.output
+    calls = re.findall(r"^(\d+\.\d+)s call +conformance/test_fuzz.py::(\w+)", run.output, re.M)
+    slow = {name: float(took) for took, name in calls if float(took) > 1.0}
+    assert slow == {}, run.output[-3000:]
+
+
 def test_a_module_without_the_protocol_is_one_line(tmp_path: Path) -> None:
     run = run_conformance(["--impl=prefill-py:json", CASES], tmp_path)
     assert run.returncode == 4, run.output[-3000:]
@@ -196,6 +217,35 @@ def test_a_client_reporting_success_after_data_loss_is_caught(tmp_path: Path) ->
     assert {run.diagnoses[node] for node in refused} == {"prefill-silent-failure"}
 
 
+def test_a_client_rounding_e4m3_ties_away_from_zero_is_caught(tmp_path: Path) -> None:
+    """The v2 case's KV holds exact e4m3 ties (and the other edges of the v2 writer cases), so
+    a codec that rounds them away from zero sends other payload bytes than the oracle's (the
+    catalogue's mutant: the reference client over a patched copy of its codec)."""
+    mutant = next(m for m in load_catalogue() if m.id == "prefill-e4m3-ties-away")
+    with planted(mutant, tmp_path / "mutant") as (impl, package):
+        run = run_conformance([f"--impl={impl}", CASES, "-k", "v2"], tmp_path, pythonpath=package)
+    caught = f"{CASES}::v2-e4m3-edges"
+    assert run.returncode == 1, run.output[-3000:]
+    assert run.failed == [caught], run.outcomes
+    assert (run.blamed[caught], run.diagnoses[caught]) == (["PREFILL-CONTENT"], "prefill-content")
+
+
+def test_a_dropped_tail_alone_is_reported_as_no_chunk_sent(tmp_path: Path) -> None:
+    """A prompt shorter than a block, its tail dropped: a stream without a chunk, reported as
+    that and blamed on XFER-TAIL (not as chunks carrying another request id)."""
+    mutant = next(m for m in load_catalogue() if m.id == "prefill-tail-dropped")
+    with planted(mutant, tmp_path / "mutant") as (impl, package):
+        run = run_conformance(
+            [f"--impl={impl}", CASES, "-k", "tail-only"], tmp_path, pythonpath=package
+        )
+    case = f"{CASES}::tail-only"
+    assert run.failed == [case], run.outcomes
+    assert (run.blamed[case], run.diagnoses[case]) == (["XFER-TAIL"], "prefill-tail-dropped")
+    message = run.messages[case]
+    assert "stream 0 ended without a chunk; the prompt is 1 block, the partial tail" in message
+    assert "request id" not in message.split("the server's record")[0], message
+
+
 # -- the harness-process way in (prefill-exec:COMMAND) ------------------------------------------
 
 REFERENCE_HARNESS = shlex.join(
@@ -223,16 +273,50 @@ def test_reference_harness_passes(tmp_path: Path) -> None:
     assert len(run.passed) == len(run.outcomes) == len(every_case), run.outcomes
 
 
-def test_the_example_harness_copied_out_of_the_package_runs(tmp_path: Path) -> None:
-    """README: an engine team copies the bundled harness and runs it as a script of its own."""
+def _readme_prefill_commands() -> list[str]:
+    """The shell lines of README's "Testing your prefill client" example."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Testing your prefill client", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def test_the_readme_example_runs_from_an_empty_folder(tmp_path: Path) -> None:
+    """README: an engine team copies the bundled harness into a folder of its own and runs only
+    the prefill cases with it, as the README says, word for word (the venv's interpreter for
+    its `.venv/bin/python`)."""
+    copy, run_own, *_ = _readme_prefill_commands()
+    every_case = yaml.safe_load((ROOT / CASES).read_text(encoding="utf-8"))["cases"]
+    for line in (copy, run_own):
+        command = line.replace(".venv/bin/python", shlex.quote(sys.executable))
+        done = subprocess.run(
+            command, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+    assert (tmp_path / "my_harness.py").is_file()
+    assert f"{len(every_case)} passed, " in done.stdout, done.stdout[-3000:]
+    assert "gate: PASS" in done.stdout
+
+
+def test_a_harness_commands_build_is_its_executable_and_the_files_it_names(tmp_path: Path) -> None:
+    """The report's fingerprint of a harness covers its script, not only the interpreter
+    (known-failures files record it: a changed script must read as another build)."""
     from tlkv_conformance.references import prefill_harness
 
-    copy = tmp_path / "my_harness.py"
-    copy.write_bytes(Path(prefill_harness.__file__).read_bytes())
-    command = shlex.join([sys.executable, str(copy)])
-    run = run_conformance([f"--impl=prefill-exec:{command}", CASES, "-k", "held"], tmp_path)
+    script = tmp_path / "my_harness.py"
+    script.write_bytes(Path(prefill_harness.__file__).read_bytes())
+    impl = "prefill-exec:" + shlex.join([sys.executable, str(script)])
+    report = tmp_path / "report"
+    run = run_conformance(
+        [f"--impl={impl}", CASES, "-k", "tail-only", f"--conformance-report={report}"], tmp_path
+    )
     assert run.returncode == 0, run.output[-3000:]
-    assert len(run.passed) == len(run.outcomes) >= 3, run.outcomes
+    (tested,) = json.loads(report.with_suffix(".json").read_text())["implementations"]
+    interpreter = Path(shutil.which(sys.executable) or sys.executable)
+    assert tested["fingerprint"] == "; ".join(
+        f"{path.name}, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
+        for path, data in ((p, p.read_bytes()) for p in (interpreter, script))
+    )
 
 
 def test_a_harness_command_not_found_is_one_line(tmp_path: Path) -> None:

@@ -43,8 +43,10 @@ class PrefillAdapter(Adapter):
                 raise SuiteUsageError(f"--impl {spec.label}: {exc}") from None
             session: type = HarnessSession
             load_args: tuple[object, ...] = (command,)
+            named = tuple(Path(arg) for arg in command[1:] if Path(arg).is_file())
         else:
             session, load_args = PrefillSession, (spec.target, list(sys.path))
+            named = ()
         try:
             channel: Channel = open_channel(session, load_args, settings, {})
             _, writes, origin = channel.open()
@@ -52,7 +54,9 @@ class PrefillAdapter(Adapter):
             raise SuiteUsageError(f"--impl {spec.label}: loading it: {exc}") from None
         self._channel = channel
         self._writes = frozenset(v for v in range(32) if writes >> v & 1)
-        self.origin = Path(origin) if origin else None  # the module file or the executable
+        # The module file; for a harness, the executable and each argument naming a file (its
+        # script, say): a changed script is another build in the report.
+        self.origin = (*((Path(origin),) if origin else ()), *named)
         self._suite_kv = True
         self._harness = session is HarnessSession
         if self._harness:

@@ -15,7 +15,7 @@ from ._sources import (
     plan_blocks,
     tokens_of,
 )
-from .kinds import KINDS, Case, CaseOrigin, RejectCase, check_imported
+from .kinds import KINDS, Case, CaseOrigin, RejectCase, check_imported, needs
 
 __all__ = [
     "KINDS",
@@ -32,6 +32,7 @@ __all__ = [
     "check_imported",
     "load_case_file",
     "mutate",
+    "needs",
     "plan_blocks",
     "tokens_of",
 ]

@@ -3,7 +3,7 @@ is built, how it runs against a testee. `KINDS` maps each YAML `kind:` to its cl
 
 from typing import Any
 
-from ._base import Case, CaseOrigin, FileContext, NotApplicableCase, check_imported
+from ._base import Case, CaseOrigin, FileContext, NotApplicableCase, check_imported, needs
 from ._prefill import (
     PrefillRun,
     Prompt,
@@ -56,6 +56,7 @@ __all__ = [
     "check_imported",
     "count_mistake",
     "draw_prompt",
+    "needs",
     "pull_order_asked",
     "shuffled_order",
 ]

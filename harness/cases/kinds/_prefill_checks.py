@@ -197,7 +197,8 @@ class RecordCheck:
         for stream in streams:
             chunks = self.record.chunks(stream)
             ids = {c.request_id for c in chunks}
-            if ids != {self.job.request_id}:
+            # A stream without a chunk carries no request id: the blocks it lacks are XFER-TAIL's.
+            if chunks and ids != {self.job.request_id}:
                 raise self.fail(
                     f"stream {stream} carries request ids {sorted(ids)}; the job's is "
                     f"{self.job.request_id!r}",
@@ -230,9 +231,15 @@ class RecordCheck:
             count = len(self.record.chunks(stream))
             if count < self.n_blocks:
                 tail = self.prompt.hashes[-1] == 0
+                sent = f"was closed after {count} chunks" if count else "ended without a chunk"
+                if self.n_blocks == 1:
+                    blocks = "is 1 block" + (", the partial tail" if tail else "")
+                else:
+                    blocks = f"has {self.n_blocks} blocks" + (
+                        ", the last the partial tail" if tail else ""
+                    )
                 raise self.fail(
-                    f"stream {stream} was closed after {count} chunks; the prompt has "
-                    f"{self.n_blocks} blocks" + (", the last the partial tail" if tail else ""),
+                    f"stream {stream} {sent}; the prompt {blocks}",
                     mistake(
                         "prefill-tail-dropped" if tail else "prefill-blocks-dropped",
                         "the partial tail is not sent" if tail else "blocks are not sent",

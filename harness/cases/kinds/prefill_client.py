@@ -28,6 +28,7 @@ from ...checks import CaseFailure
 from ...errors import ImplementationFault
 from ...scripted_server import ScriptedDecodeServer, ServerScript
 from ...testee import Testee
+from ...values import make_values
 from .._sources import CaseDataError
 from ._base import Case, FileContext
 from ._prefill import draw_prompt
@@ -40,7 +41,7 @@ SUITE_KV, ENGINE_KV = "suite", "engine"  # a case's `kv`: where the pushed KV co
 @dataclass(frozen=True, eq=False, kw_only=True)
 class PrefillCase(Case):
     kind = "prefill"
-    markers = ("transfer",)  # the tl.kv.v1 transfer, from its other side
+    markers = ("transfer", "prefill")  # the tl.kv.v1 transfer, from its other side
 
     geometry: oracle.Geometry
     version: int  # the version the job asks the client to write
@@ -74,6 +75,10 @@ class PrefillCase(Case):
         held = named.get(held_raw, ()) if isinstance(held_raw, str) else tuple(held_raw)
         if any(not 0 <= i < full for i in held):
             raise CaseDataError(f"held {held_raw!r}: none, all, or indexes of the full blocks")
+        values = raw.get("values", DEFAULT_VALUES)
+        # Its positions at this geometry (`B//2`, `D-4`): one that is not in the block makes
+        # the case not applicable here, skipped with the reason, rather than an error at run.
+        make_values(values, geometry)
         fail = raw.get("fail_stream", {})
         kv = raw.get("kv", SUITE_KV)
         if kv == ENGINE_KV and CONTENT in common["reqs"]:
@@ -95,7 +100,7 @@ class PrefillCase(Case):
                 fail_streams=fail.get("streams"),
                 stall=raw.get("stall"),
                 deadline=raw.get("deadline"),
-                values=raw.get("values", DEFAULT_VALUES),
+                values=values,
                 kv=kv,
             )
         ]
