@@ -5,6 +5,7 @@ hangs, exits or answers garbage (a failed case, the run goes on); the reference 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -217,11 +218,27 @@ def test_a_client_reporting_success_after_data_loss_is_caught(tmp_path: Path) ->
     assert {run.diagnoses[node] for node in refused} == {"prefill-silent-failure"}
 
 
-def test_a_client_rounding_e4m3_ties_away_from_zero_is_caught(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("mistake", "rounding"),
+    [
+        ("away-from-zero", "np.floor(a / quantum + 0.5)"),
+        ("toward-zero", "np.ceil(a / quantum - 0.5)"),
+    ],
+)
+def test_a_client_rounding_e4m3_ties_otherwise_than_to_even_is_caught(
+    tmp_path: Path, mistake: str, rounding: str
+) -> None:
     """The v2 case's KV holds exact e4m3 ties (and the other edges of the v2 writer cases), so
-    a codec that rounds them away from zero sends other payload bytes than the oracle's (the
-    catalogue's mutant: the reference client over a patched copy of its codec)."""
-    mutant = next(m for m in load_catalogue() if m.id == "prefill-e4m3-ties-away")
+    a codec that rounds them away from zero (C's round(), a new user's client did) or toward
+    zero sends other payload bytes than the oracle's: the reference client over a patched copy
+    of its codec (the catalogue's prefill-e4m3-ties-toward-zero, and its other direction)."""
+    mutant = next(m for m in load_catalogue() if m.id == "prefill-e4m3-ties-toward-zero")
+    (old, _), *_ = mutant.patch
+    mutant = dataclasses.replace(
+        mutant,
+        id=f"prefill-e4m3-ties-{mistake}",
+        patch=((old, f"    rounded = {rounding} * quantum"),),
+    )
     with planted(mutant, tmp_path / "mutant") as (impl, package):
         run = run_conformance([f"--impl={impl}", CASES, "-k", "v2"], tmp_path, pythonpath=package)
     caught = f"{CASES}::v2-e4m3-edges"
