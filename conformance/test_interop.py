@@ -22,11 +22,9 @@ nothing to cross: one skip says so.
 
 from __future__ import annotations
 
-import selectors
 import subprocess
 import sys
 import tempfile
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +44,7 @@ from tlkv_conformance.cases.kinds.transfer import DEFAULT_VALUES
 from tlkv_conformance.checks import CaseFailure, calls_to_testee, not_applicable
 from tlkv_conformance.evidence import KnownMistake, RefusalEvidence
 from tlkv_conformance.exprs import BuildTarget
+from tlkv_conformance.references.grpc_server import ServerDidNotStart, launch
 from tlkv_conformance.testee import BundledSide, Testee
 
 pytestmark = [pytest.mark.transfer]
@@ -147,25 +146,12 @@ class BundledReferences:
             f"--head-dim={g.head_dim}",
             f"--capacity={SERVER_CAPACITY}",
         ]
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-        )
+        try:
+            address, process = launch(command, SERVER_STARTUP)
+        except ServerDidNotStart as exc:
+            pytest.fail(f"the bundled reference server: {exc}", pytrace=False)
         self._processes.append(process)
-        assert process.stdout is not None
-        deadline = time.monotonic() + SERVER_STARTUP
-        with selectors.DefaultSelector() as selector:
-            selector.register(process.stdout, selectors.EVENT_READ)
-            while time.monotonic() < deadline and process.poll() is None:
-                if selector.select(timeout=0.1):
-                    break
-        line = process.stdout.readline().strip() if process.poll() is None else ""
-        prefix = "listening on "
-        if not line.startswith(prefix):
-            pytest.fail(
-                f"the bundled reference server did not start ({' '.join(command)}): {line!r}",
-                pytrace=False,
-            )
-        return line[len(prefix) :]
+        return address
 
     def close(self) -> None:
         for testee in [*self._servers.values(), *([self._client] if self._client else [])]:

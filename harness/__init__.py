@@ -12,6 +12,8 @@ What corpus tests (the bundled ones and a user's) and users may import is in `__
 - `exprs`, `golden`, `strategies`: geometries, golden-vector manifests, hypothesis strategies.
 - `corpus`: where the bundled cases, conformance tests and golden blobs live.
 - `references`, `generators`: the bundled implementations, the vector generators.
+- `grpc_stubs`: tl.kv.v1's generated protobuf modules (`kv_pb2`, `kv_pb2_grpc`), for a client
+  or server written in Python.
 
 Every other module is the suite's own (the pytest plugin, loaded through the pytest11 entry
 point `tlkv`; the gate and the reports; the `tlkv-conformance` command) and may change in any
@@ -32,6 +34,7 @@ __all__ = [
     "exprs",
     "generators",
     "golden",
+    "grpc_stubs",
     "oracle",
     "references",
     "runstate",

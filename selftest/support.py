@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tlkv_conformance.references.grpc_server import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -222,10 +222,6 @@ class Server:
             self.process.communicate()
 
 
-class ServerStartError(RuntimeError):
-    pass
-
-
 REFERENCES = "tlkv_conformance.references"
 
 
@@ -251,22 +247,8 @@ def start_reference_server(
     mutant, found under `package_root`; or `script`, a server taking the same options) on an
     OS-assigned port, and wait for the line that names the port."""
     server = [str(script)] if script is not None else ["-m", f"{package}.grpc_server"]
-    command = [sys.executable, *server, "--port", "0", *args]
     # `python -m` looks in the working directory first, so that is where the package is chosen.
-    process = subprocess.Popen(
-        command, cwd=package_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    address, process = launch(
+        [sys.executable, *server, "--port", "0", *args], STARTUP_SECONDS, cwd=package_root
     )
-    assert process.stdout is not None
-    deadline = time.monotonic() + STARTUP_SECONDS
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while time.monotonic() < deadline and process.poll() is None:
-            if selector.select(timeout=0.1):
-                break
-    line = process.stdout.readline() if process.poll() is None else ""
-    prefix = "listening on 127.0.0.1:"
-    if not line.startswith(prefix):
-        process.kill()
-        _, stderr = process.communicate(timeout=5)
-        raise ServerStartError(f"{' '.join(command)} did not start: {line!r} {stderr.strip()}")
-    return Server(int(line[len(prefix) :]), process)
+    return Server(int(address.rpartition(":")[2]), process)

@@ -488,3 +488,16 @@ def test_no_extensions_probes_the_versions_read(grpc_server):
         assert info.capabilities == {"import"}
     with pytest.raises(SuiteUsageError, match="is geometry= right"):
         _adapter(server, ",geometry=4x2x2x16")
+
+
+def test_a_server_that_does_not_start_is_named_with_its_last_words() -> None:
+    """The one way a reference server is started (the interop tests, the self-test) waits for
+    `listening on HOST:PORT`; a server that exits first is one message naming the command and
+    the last line it wrote on stderr, never a hang."""
+    command = [sys.executable, "-c", "import sys; print('cannot bind', file=sys.stderr); exit(3)"]
+    with pytest.raises(reference_server.ServerDidNotStart) as raised:
+        reference_server.launch(command, startup_seconds=20)
+    assert (
+        str(raised.value)
+        == f"{' '.join(command)} did not start: 'no line'; its last words: cannot bind"
+    )

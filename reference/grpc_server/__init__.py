@@ -7,6 +7,15 @@ where the spec is silent. It never imports the suite (harness/).
 """
 
 from . import _messages as messages  # the message classes, for the reference prefill client
+from ._launch import LISTENING, ServerDidNotStart, launch
 from ._service import MAX_PAYLOAD, RECEIVE_LIMIT, KvTransferServer
 
-__all__ = ["MAX_PAYLOAD", "RECEIVE_LIMIT", "KvTransferServer", "messages"]
+__all__ = [
+    "LISTENING",
+    "MAX_PAYLOAD",
+    "RECEIVE_LIMIT",
+    "KvTransferServer",
+    "ServerDidNotStart",
+    "launch",
+    "messages",
+]

@@ -17,6 +17,7 @@ from types import ModuleType
 import grpc
 
 from . import _messages
+from ._launch import LISTENING
 from ._service import FAULTS, RECEIVE_LIMIT, KvTransferServer, method_handlers
 
 # The Python reference beside this server's package (a patched copy serves its own copy).
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     server.start()
-    print(f"listening on {args.host}:{port}", flush=True)
+    print(f"{LISTENING}{args.host}:{port}", flush=True)
     stop.wait()
     server.stop(grace=1).wait()
     return 0
