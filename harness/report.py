@@ -195,7 +195,14 @@ def _charged(
         # rules-before-limits-*), and a difference in a MUST requirement's field (a tiny
         # slab's scale) is what breaking the decision looks like.
         cited = tuple(r for r in cited if r in table and not table[r].is_must)
-        blamed = tuple(r for r in blamed if r in table and not table[r].is_must)
+        must_blamed, blamed = (
+            blamed,
+            tuple(r for r in blamed if r in table and not table[r].is_must),
+        )
+        if must_blamed and not blamed and (result.causes or result.consequence):
+            # A known mistake of MUST requirements explains it (a CRC that refuses every
+            # envelope, the NaN cases' too): the SHOULD decision was not shown, not broken.
+            return (), cited
     if not blamed:
         return cited, ()
     return blamed, tuple(r for r in cited if r not in blamed)

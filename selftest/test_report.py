@@ -477,6 +477,47 @@ def test_a_should_failure_blamed_on_must_requirements_is_its_should_requirements
     assert "| V2-SCALE | MUST | pass |" in markdown(conformance)
 
 
+def test_a_should_failure_a_must_mistake_explains_only_affects_its_should_requirements() -> None:
+    """A SHOULD-level case failing because of a known MUST-level mistake (the NaN-bits import
+    refused by an engine whose CRC is the IEEE one, as a strict gate of crc-ieee-polynomial
+    showed) does not fail its SHOULD requirements: they are affected; the mistake's MUST
+    requirement fails where MUST-level cases show it."""
+    crc = Cause("crc-ieee-polynomial", "the IEEE CRC-32 polynomial", ("READ-CRC",))
+    log = ResultLog(strict=True)
+    for phase in (
+        _phase(
+            "accept[x]",
+            "call",
+            "failed",
+            "x",
+            "READ-CRC",
+            level="MUST",
+            strict=True,
+            blamed=("READ-CRC",),
+            causes=(crc,),
+        ),
+        _phase(
+            "nan-bits[x]",
+            "call",
+            "failed",
+            "x",
+            "NAN-SIGN",
+            "V1-F16-NAN-PAYLOAD",
+            level="SHOULD",
+            strict=True,
+            blamed=("READ-CRC",),
+            causes=(crc,),
+        ),
+    ):
+        log.add(phase)
+    conformance = Conformance.build([Impl("x", "x", "")], log, exit_status=1)
+    cells = conformance.requirement_cells
+    assert [r.id for r, _ in conformance.failing] == ["READ-CRC"]
+    assert cells["NAN-SIGN"]["x"].verdict == "affected"
+    assert cells["V1-F16-NAN-PAYLOAD"]["x"].verdict == "affected"
+    assert "SHOULD failed" not in conformance.summaries[0].requirements
+
+
 @pytest.mark.parametrize(
     ("when", "level", "strict", "wasxfail", "should_failure", "warning", "reported"),
     [
