@@ -266,7 +266,7 @@ def field_source_causes(
                     Cause(
                         f"field-source:n_tokens={sid}",
                         f"a record's n_tokens written as {what} instead of the block's {due} "
-                        "tokens",
+                        + ("token" if due == 1 else "tokens"),
                         ("ENV-RECORD",),
                         f"{len(wrong)} of {len(records)} records' n_tokens differ ({got}, "
                         f"{due} due)",
