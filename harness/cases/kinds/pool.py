@@ -369,7 +369,7 @@ class _PoolScript:
             held = [self.pool.read(block) for block in ids]
         except Refused:  # a block since released: the order can no longer be read
             return None
-        return import_order_evidence(records, ids, held)
+        return import_order_evidence(records, held)
 
     def _free(self, expected: int) -> None:
         got = self.pool.free_blocks()
