@@ -1,11 +1,11 @@
 """Results in another order, and header fields written from another source (docs/diagnosis.md,
-"Orders and field sources").
+"Orders and header fields from another source").
 
 Three parametrised models, each named only when it gives exactly what the implementation gave:
 
 - a permutation of items (an export's records, an import's block ids): the order found is
   named as a structural one (reversed, rotated by k) or as the items sorted by one of their
-  keys (block id, hash), every one that gives it;
+  keys (the ids an export was asked for, the hashes), every one that gives it;
 - the block's values laid out with the axes [L][2][Hkv][B][D] in another order (any of the
   5! - 1 others), the v2 scales following the order of their own axes [L][2][Hkv];
 - an integer field (a header field, a record's n_tokens) holding a value from another source:
@@ -108,7 +108,7 @@ def records_permuted_causes(
 _AXIS_NAMES = ("L", "2", "Hkv", "B", "D")
 
 
-def axis_order_name(order: Sequence[int]) -> str:
+def _axis_order_name(order: Sequence[int]) -> str:
     return "".join(f"[{_AXIS_NAMES[a]}]" for a in order)
 
 
@@ -141,7 +141,7 @@ def axis_order_layouts(
         if slabs is not None:
             slab_order = [a for a in order if a < 3]
             body += np.ascontiguousarray(slabs.transpose(*slab_order, 3)).tobytes()
-        name = axis_order_name(order)
+        name = _axis_order_name(order)
         out[f"axes-order:{name}"] = (
             f"the payload's values laid out {name} instead of [L][2][Hkv][B][D]",
             body,
