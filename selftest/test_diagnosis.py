@@ -17,6 +17,7 @@ from tlkv_conformance.errors import Refused
 from tlkv_conformance.evidence import (
     EnvelopeEvidence,
     HashEvidence,
+    OrderEvidence,
     ReaderPool,
     RefusalEvidence,
     SizeEvidence,
@@ -247,7 +248,7 @@ def test_layer_and_head_axes_swapped() -> None:
     f16 = oracle.f32_to_f16_bits(blocks[0].values)  # [L][2][Hkv][B][D]
     payload = np.ascontiguousarray(f16.transpose(2, 1, 0, 3, 4)).astype("<u2").tobytes()
     got = _envelope_case(1, payload, blocks)
-    assert got.cause.id == "axes-order:[Hkv][2][L]"
+    assert got.cause.id == "axes-order:[Hkv][2][L][B][D]"
     assert got.blamed == ("V1-LAYOUT",)
 
 
@@ -698,3 +699,134 @@ def test_nan_read_back_as_infinity_or_other_sign() -> None:
     canonical.view(np.uint32)[0, 1, 0, 0, :2] = 0x7FFFFFFF
     got = _diagnosed(ValuesEvidence(expected, canonical, 4, "f16"))
     assert (got.cause.id, got.blamed) == ("nan-sign-lost", ("NAN-SIGN",))
+
+
+# -- orders and header fields from another source -------------------------------------------
+
+
+def _four_blocks() -> list[oracle.Block]:
+    """Four full blocks whose hashes sort otherwise than their ids (7, 3, 9, 5 below)."""
+    return [oracle.Block(h, 4, oracle.round_to_f16(_values())) for h in (0x40, 0x30, 0x10, 0x20)]
+
+
+@pytest.mark.parametrize(
+    ("written", "cause"),
+    [
+        ((1, 3, 0, 2), "export-order:by-block-id"),  # ids 3, 5, 7, 9
+        ((3, 2, 1, 0), "export-order:reversed"),
+        ((2, 3, 1, 0), "export-order:by-hash"),  # hashes 0x10, 0x20, 0x30, 0x40
+        ((0, 2, 1, 3), "export-order:permuted"),
+    ],
+)
+def test_an_export_of_the_blocks_in_another_order(written: tuple[int, ...], cause: str) -> None:
+    blocks = _four_blocks()
+    expected = oracle.encode(GEOMETRY, blocks, 1)
+    actual = oracle.encode(GEOMETRY, [blocks[i] for i in written], 1)
+    got = _diagnosed(EnvelopeEvidence(expected, actual, tuple(blocks), (7, 3, 9, 5), "f16"))
+    assert (got.cause.id, got.blamed) == (cause, ("ENV-RECORD",))
+
+
+def test_blocks_in_another_order_and_changed_are_not_named_an_order() -> None:
+    blocks = _four_blocks()
+    expected = oracle.encode(GEOMETRY, blocks, 1)
+    changed = oracle.Block(0x41, 4, blocks[0].values)  # block 0 exported with another hash
+    actual = oracle.encode(GEOMETRY, [blocks[3], blocks[2], blocks[1], changed], 1)
+    got = _diagnosed(EnvelopeEvidence(expected, actual, tuple(blocks), (7, 3, 9, 5)))
+    assert got.cause is None or not got.cause.id.startswith(("export-order", "one-of"))
+
+
+def test_an_import_returning_its_ids_in_another_order() -> None:
+    keys = (("hash", (0x30, 0x10, 0x20)),)
+    reversed_ids = _diagnosed(OrderEvidence("import", (2, 1, 0), ("IMPORT-ORDER",), keys))
+    assert (reversed_ids.cause.id, reversed_ids.blamed) == (
+        "import-ids-order:reversed",
+        ("IMPORT-ORDER",),
+    )
+    by_hash = _diagnosed(OrderEvidence("import", (1, 2, 0), ("IMPORT-ORDER",), keys))
+    # the hashes ascending are the records 1, 2, 0; so is a rotation by one: both named
+    assert by_hash.cause.id == "one-of:import-ids-order:rotated+import-ids-order:by-hash"
+
+
+def test_the_import_order_is_read_from_the_blocks_the_ids_hold() -> None:
+    from tlkv_conformance.adapters import ReadBack
+    from tlkv_conformance.cases.kinds._base import import_order_evidence
+
+    blocks = _four_blocks()[:3]
+    records = oracle.decode(oracle.encode(GEOMETRY, blocks, 1)).records
+    held = [ReadBack(b.block_hash, b.n_tokens, b.values) for b in blocks[::-1]]
+    evidence = import_order_evidence(records, held)
+    assert evidence is not None
+    assert evidence.order == (2, 1, 0)
+    assert dict(evidence.keys)["hash"] == (0x40, 0x30, 0x10)
+    assert import_order_evidence(records, held[::-1]) is None
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_payload_written_token_major(version: int) -> None:
+    blocks = _blocks(fill=3)
+    right = oracle.encode_payload(GEOMETRY, version, 3, blocks[0].values)
+    if version == 1:
+        values = blocks[0].values.copy()
+        values[..., 3:, :] = 0  # the padding, zero, moves with the layout
+        f16 = oracle.f32_to_f16_bits(values)
+        payload = np.ascontiguousarray(f16.transpose(0, 1, 3, 2, 4)).astype("<u2").tobytes()
+    else:
+        n = GEOMETRY.n_elements
+        codes = np.frombuffer(right[:n], dtype=np.uint8).reshape(GEOMETRY.values_shape)
+        payload = np.ascontiguousarray(codes.transpose(0, 1, 3, 2, 4)).tobytes() + right[n:]
+    got = _envelope_case(version, payload, blocks)
+    assert (got.cause.id, got.blamed) == ("axes-order:[L][2][B][Hkv][D]", (f"V{version}-LAYOUT",))
+
+
+def _sealed_with(expected: bytes, **fields: int) -> bytes:
+    """`expected` with header fields (or, as n_tokens_<i>, record i's n_tokens) rewritten, its
+    CRC recomputed: a writer that took those values from elsewhere."""
+    data = bytearray(expected[:-4])
+    size = oracle.RECORD_PREFIX_SIZE + GEOMETRY.payload_size(
+        oracle.HEADER_FIELDS["version"].read(expected)
+    )
+    for name, value in fields.items():
+        if name.startswith("n_tokens_"):
+            at = oracle.HEADER_SIZE + int(name.removeprefix("n_tokens_")) * size + 8
+            struct.pack_into("<I", data, at, value)
+        else:
+            oracle.HEADER_FIELDS[name].write(data, value)
+    return oracle.seal(bytes(data))
+
+
+def test_header_and_record_fields_from_another_source() -> None:
+    full, partial = _blocks(fill=4)[0], _blocks(fill=2)[0]
+    blocks = (full, partial)
+    v1 = oracle.encode(GEOMETRY, list(blocks), 1)
+
+    def diagnosed(actual: bytes, pool_dtype: str = "f16") -> Attribution:
+        return _diagnosed(EnvelopeEvidence(v1, actual, blocks, (), pool_dtype))
+
+    always_full = diagnosed(_sealed_with(v1, n_tokens_1=4))
+    assert (always_full.cause.id, always_full.blamed) == (
+        "field-source:n_tokens=block_tokens",
+        ("ENV-RECORD",),
+    )
+    assert "block_tokens (4) instead of the block's 2 tokens" in always_full.cause.title
+    one_less = diagnosed(_sealed_with(v1, n_tokens_0=3, n_tokens_1=1))
+    assert one_less.cause.id == "field-source:n_tokens=minus-one"
+    # 0 is the f32 pool's dtype and an unset field alike: both named
+    f32_dtype = diagnosed(_sealed_with(v1, dtype=0), "f32")
+    assert f32_dtype.cause.id == "one-of:field-source:dtype=zero+field-source:dtype=pool-dtype"
+    assert f32_dtype.blamed == ("ENV-VERSION-DTYPE",)
+    assert diagnosed(_sealed_with(v1, dtype=0)).cause.id == "field-source:dtype=zero"
+    assert diagnosed(_sealed_with(v1, version=2)).cause.id == "field-source:version=other-version"
+    swapped = diagnosed(_sealed_with(v1, n_layers=GEOMETRY.head_dim))
+    assert swapped.cause.id == "field-source:n_layers=head_dim"
+
+
+def test_a_field_no_source_explains_is_not_named() -> None:
+    full, partial = _blocks(fill=4)[0], _blocks(fill=2)[0]
+    v1 = oracle.encode(GEOMETRY, [full, partial], 1)
+    for actual in (
+        _sealed_with(v1, n_layers=7),  # no other field holds 7
+        _sealed_with(v1, n_tokens_1=3),  # 3 tokens: neither block_tokens nor one off for both
+        _sealed_with(v1, n_tokens_1=4)[:-4] + b"\0\0\0\0",  # and the CRC not the bytes'
+    ):
+        got = _diagnosed(EnvelopeEvidence(v1, actual, (full, partial)))
+        assert got.cause is None or not got.cause.id.startswith(("field-source", "one-of"))

@@ -28,6 +28,7 @@ from ..evidence import (
     FaultEvidence,
     HashEvidence,
     KnownMistake,
+    OrderEvidence,
     PoolChangeEvidence,
     RefusalEvidence,
     SizeEvidence,
@@ -37,6 +38,7 @@ from ..evidence import (
 from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
 from ._envelope import envelope_attribution
 from ._faults import fault_title
+from ._orders import permutation_causes
 from ._probe import probe_reader
 from ._signatures import CRC_CAUSES, ONE_OF, hash_causes, reader_crc_cause
 from ._values import values_attribution
@@ -89,7 +91,13 @@ def _analyse(
         causes = hash_causes(evidence.parent, evidence.tokens, evidence.expected, evidence.actual)
         return causes, {"HASH-INPUT", "HASH-CHAIN", "HASH-FNV", "HASH-ZERO"}, ""
     if isinstance(evidence, EnvelopeEvidence):
-        return envelope_attribution(evidence.expected, evidence.actual, evidence.blocks)
+        return envelope_attribution(
+            evidence.expected,
+            evidence.actual,
+            evidence.blocks,
+            evidence.block_ids,
+            evidence.pool_dtype,
+        )
     if isinstance(evidence, SizeEvidence):
         causes = []
         if evidence.expected - evidence.actual == 4:
@@ -158,6 +166,16 @@ def _analyse(
             yields_to=evidence.yields_to,
         )
         return [cause], set(evidence.reqs), ""
+    if isinstance(evidence, OrderEvidence):
+        found = ", ".join(str(i) for i in evidence.order)
+        causes = permutation_causes(
+            evidence.subject,
+            evidence.order,
+            evidence.reqs,
+            dict(evidence.keys),
+            f"the items due at {found}, in that order",
+        )
+        return causes, set(evidence.reqs), ""
     if isinstance(evidence, StaleHashEvidence):
         cause = Cause(
             "release-keeps-hash",
