@@ -35,10 +35,11 @@ from ..evidence import (
     ValuesEvidence,
 )
 from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
+from ._crc_signatures import CRC_FAMILY, reader_crc_cause
 from ._envelope import envelope_attribution
 from ._faults import fault_title
 from ._probe import probe_reader
-from ._signatures import CRC_CAUSES, ONE_OF, hash_causes, reader_crc_cause
+from ._signatures import ONE_OF, hash_causes
 from ._values import values_attribution
 
 __all__ = [
@@ -235,9 +236,10 @@ def _refusal(
             yields_to=frozenset(f"rule-not-enforced:{rule}" for rule in rules),
         )
         return [cause], {"READ-RULES-FIRST"}, ""
-    # A reader whose CRC is wrong refuses every envelope for it, whatever a case is about; one
-    # that misreads the geometry refuses every envelope with ESHAPE.
-    yields = CRC_CAUSES if ev.actual in ("EFORMAT", "DATA_LOSS") else frozenset()
+    # A reader whose CRC is wrong refuses every envelope for it, whatever a case is about (any
+    # CRC mistake the run shows); one that misreads the geometry refuses every envelope with
+    # ESHAPE.
+    yields = frozenset({CRC_FAMILY}) if ev.actual in ("EFORMAT", "DATA_LOSS") else frozenset()
     if ev.actual == "ESHAPE":
         yields = frozenset({"geometry-compared-wrongly"})
     causes = [
@@ -304,13 +306,13 @@ def _findings(failures: Iterable[tuple[str, Attribution]]) -> list[Finding]:
     found: dict[str, Finding] = {}
     for test, attribution in failures:
         cause = attribution.cause
-        if cause is not None and not cause.yields_to & present:
+        if cause is not None and not any(cause.yields_to_cause(p) for p in present):
             finding = found.setdefault(cause.id, Finding(cause))
             if not cause.reqs:  # an operation's fault: titled with the run's latest knowledge
                 finding.cause = replace(finding.cause, title=cause.title)
             finding.shown_by.append(test)
     for test, attribution in failures:
-        if attribution.cause is None or attribution.cause.yields_to & present:
+        if attribution.cause is None or any(attribution.cause.yields_to_cause(p) for p in present):
             explaining = _explaining(attribution, list(found.values()))
             if explaining is not None:
                 explaining.explains.append(test)
@@ -322,7 +324,7 @@ def _explaining(attribution: Attribution, run: Sequence[Finding]) -> Finding | N
     cause, one that explains its symptom (the most shown, when several do)."""
     cause = attribution.cause
     if cause is not None:
-        candidates = [f for f in run if f.cause.id in cause.yields_to]
+        candidates = [f for f in run if cause.yields_to_cause(f.cause.id)]
     elif attribution.symptom:
         candidates = [f for f in run if attribution.symptom in f.cause.explains]
     else:

@@ -1,9 +1,9 @@
 """Probing a reader that refused an envelope it should have read (a valid one, or one breaking
-a rule it answered with another status): the same envelope with its trailer as each known CRC
-mistake writes it, imported through the adapter's one probe operation
-(`tlkv_conformance.adapters.Adapter.probe_import`). A reader that reads one of them as it
-should have has that mistake; the answer is evidence, never a verdict (the test has failed
-already)."""
+a rule it answered with another status): the same envelope with its trailer as each probed CRC
+model writes it (_crc_signatures.PROBED, a bounded few), imported through the adapter's one
+probe operation (`tlkv_conformance.adapters.Adapter.probe_import`). A reader that reads one of
+them as it should have has that mistake; the answer is evidence, never a verdict (the test has
+failed already)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from .. import oracle
 from ..adapters import Adapter
 from ..errors import ImplementationFault, NotObservable, Refused
 from ..evidence import RefusalEvidence
-from ._signatures import resealed_variants
+from ._crc_signatures import found_in_reader, resealed_variants
 
 
 def probe_reader(implementation: Adapter, refusal: RefusalEvidence) -> tuple[str, str] | None:
-    """(cause id, title) of the CRC mistake with which `implementation` reads the refused
+    """(cause id, title) of the CRC model with which `implementation` reads the refused
     envelope as it should have: accepts it (no status expected) or refuses it with one of the
     expected statuses. None when the refusal names no pool to probe, or where the CRC rule's
     own status is expected (over gRPC, DATA_LOSS answers a bad CRC and a bad geometry alike)."""
@@ -26,12 +26,12 @@ def probe_reader(implementation: Adapter, refusal: RefusalEvidence) -> tuple[str
     if crc_code in refusal.expected:
         return None
     pool = refusal.pool
-    for cause_id, title, variant in resealed_variants(refusal.envelope):
+    for model, variant in resealed_variants(refusal.envelope, implementation):
         try:
             answer = implementation.probe_import(pool.geometry, pool.free, variant, pool.max_blocks)
         except (ImplementationFault, NotObservable, Refused):
             continue
         read_as_due = answer in refusal.expected if refusal.expected else answer is None
         if read_as_due:
-            return cause_id, title
+            return found_in_reader(implementation, model)
     return None
