@@ -35,10 +35,10 @@ from ..evidence import (
     ValuesEvidence,
 )
 from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
-from ._crc_signatures import CRC_FAMILY, reader_crc_cause
+from ._crc_signatures import CRC_FAMILY
 from ._envelope import envelope_attribution
 from ._faults import fault_title
-from ._probe import probe_reader
+from ._probe import probe_chunk_crc, probe_reader
 from ._signatures import ONE_OF, hash_causes
 from ._values import values_attribution
 
@@ -108,7 +108,11 @@ def _analyse(
         causes, fields = values_attribution(evidence)
         return causes, fields, ""
     if isinstance(evidence, RefusalEvidence):
-        probed = probe_reader(implementation, evidence) if implementation is not None else None
+        probed = None
+        if implementation is not None:  # a server's chunk check first: it refuses any envelope
+            probed = probe_chunk_crc(implementation, evidence) or probe_reader(
+                implementation, evidence
+            )
         return _refusal(evidence, probed)
     if isinstance(evidence, PoolChangeEvidence):
         cause = Cause(
@@ -170,19 +174,17 @@ def _analyse(
     return [], set(), ""
 
 
-def _refusal(
-    ev: RefusalEvidence, probed: tuple[str, str] | None
-) -> tuple[list[Cause], set[str], str]:
-    """`probed`: (cause id, title) of a CRC mistake with which the reader reads the refused
-    envelope as it should have (`probe_reader`)."""
+def _refusal(ev: RefusalEvidence, probed: Cause | None) -> tuple[list[Cause], set[str], str]:
+    """`probed`: the CRC mistake a probe found, with which the reader reads the refused
+    envelope as it should have (`probe_reader`), or a server accepts a chunk
+    (`probe_chunk_crc`)."""
     expected = " or ".join(sorted(ev.expected)) or "success"
     # In the order a reader applies them (the spec's), so that the first is the check that
     # should have stopped the input.
     order = list(oracle.READER_RULES)
     rules = tuple(sorted(ev.rules, key=lambda r: (order.index(r) if r in order else len(order), r)))
     if probed is not None:
-        cause = reader_crc_cause(*probed, ev.actual or "")
-        return [cause], set(cause.reqs), ""
+        return [probed], set(probed.reqs), ""
     if not ev.rules:  # a valid input
         symptom = VALID_REFUSED.format(code=ev.actual) if ev.actual else ""
         if ev.actual == "fault":

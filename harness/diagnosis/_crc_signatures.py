@@ -330,3 +330,66 @@ def reader_crc_cause(cause_id: str, title: str, code: str) -> Cause:
         f"refused with {code}, but accepted once its trailer was written that way",
         _CRC_EXPLAINS,
     )
+
+
+# -- a tl.kv.v1 chunk's crc32c field, checked by a decode server --------------------------------
+
+# The bytes of a chunk's payload (a one-block envelope) a server may take its CRC over, each with
+# its title; the whole payload is the spec's.
+_CHUNK_RANGES = {
+    "payload": (slice(None), "the whole payload"),
+    "envelope-body": (
+        slice(None, -oracle.CRC_SIZE),
+        "the envelope without its trailer (the envelope's own CRC)",
+    ),
+    "records": (slice(oracle.HEADER_SIZE, -oracle.CRC_SIZE), "the envelope's block record"),
+}
+
+
+@dataclass(frozen=True)
+class ChunkCrcModel:
+    """How a decode server computes the crc32c a chunk's field must hold: a CRC model over a
+    range of the payload."""
+
+    covered: str = "payload"
+    crc: CrcModel = RIGHT
+
+    def field(self, payload: bytes) -> int:
+        covered = payload[_CHUNK_RANGES[self.covered][0]]
+        register = _run(self.crc.shift, self.crc.polynomial, self.crc.init, covered)
+        return int.from_bytes(self.crc.trailer(register), "little")
+
+    @property
+    def cause_id(self) -> str:
+        if self.crc == RIGHT:
+            return f"crc-chunk-over-{self.covered}"
+        return "crc-chunk:" + self.crc.cause_id
+
+    @property
+    def title(self) -> str:
+        what = "the CRC-32C" if self.crc == RIGHT else f"a CRC with {self.crc.title}"
+        return (
+            f"the tl.kv.v1 chunk's crc32c field checked against {what} of "
+            f"{_CHUNK_RANGES[self.covered][1]}, not the CRC-32C of the whole payload"
+        )
+
+
+# One probe each, the likeliest first: another range with the spec's CRC, then the whole
+# payload with each single parameter off (the trailer's byte order is the field's bytes
+# swapped).
+CHUNK_PROBED: tuple[ChunkCrcModel, ...] = (
+    ChunkCrcModel("envelope-body"),
+    ChunkCrcModel("records"),
+    *(ChunkCrcModel("payload", m) for m in PROBED if m.coverage == "body"),
+)
+
+
+def chunk_crc_cause(model: ChunkCrcModel, code: str) -> Cause:
+    return Cause(
+        model.cause_id,
+        model.title,
+        ("XFER-CHUNK-CRC",),
+        f"a chunk of a valid one-block envelope refused with {code} when its crc32c field is "
+        "the CRC-32C of its payload, accepted with that computation's",
+        _CRC_EXPLAINS,
+    )
