@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 from tlkv_conformance import oracle
-from tlkv_conformance.adapters import Adapter, ImplInfo, PoolHandle
+from tlkv_conformance.adapters import Adapter, Chunk, ImplInfo, PoolHandle, PushCounts
 from tlkv_conformance.diagnosis import Attribution, Cause, attribute, diagnose_run
 from tlkv_conformance.errors import Refused
 from tlkv_conformance.evidence import (
@@ -158,23 +158,114 @@ def _crc32c_reference(data: bytes, xor_out: int = 0xFFFFFFFF) -> int:
     return crc ^ xor_out
 
 
+def _rocksoft(
+    data: bytes,
+    poly: int = 0x1EDC6F41,  # normal form, as the Rocksoft model writes it
+    *,
+    reflected: bool = True,
+    init: int = 0xFFFFFFFF,
+    xorout: int = 0xFFFFFFFF,
+    shift_right_with: int | None = None,
+) -> int:
+    """A bitwise CRC-32 of the Rocksoft model, written apart from the diagnosis' tables:
+    reflected in and out, or neither. `shift_right_with`: a reflected register shifted with this
+    constant as it is (the mistake of a normal-form polynomial in a shift-right loop)."""
+    bits = int(f"{poly:032b}"[::-1], 2) if shift_right_with is None else shift_right_with
+    crc = init
+    for byte in data:
+        if reflected:
+            crc ^= byte
+            for _ in range(8):
+                crc = (crc >> 1) ^ (bits if crc & 1 else 0)
+        else:
+            crc ^= byte << 24
+            for _ in range(8):
+                crc = ((crc << 1) & 0xFFFFFFFF) ^ (poly if crc & 0x80000000 else 0)
+    return crc ^ xorout
+
+
+def test_the_tests_crc_model_gives_the_catalogued_check_values() -> None:
+    """The check values of "123456789" from the catalogue of parametrised CRC algorithms
+    (reveng.sourceforge.io/crc-catalogue): each model below is the one named."""
+    check = b"123456789"
+    assert _rocksoft(check) == 0xE3069283  # CRC-32C (iSCSI), the spec's
+    assert _rocksoft(check, 0x04C11DB7) == 0xCBF43926 == zlib.crc32(check)  # CRC-32 (IEEE)
+    assert _rocksoft(check, 0x04C11DB7, xorout=0) == 0x340BC6D9  # CRC-32/JAMCRC
+    assert _rocksoft(check, 0x04C11DB7, reflected=False) == 0xFC891918  # CRC-32/BZIP2
+    assert _rocksoft(check, 0x04C11DB7, reflected=False, xorout=0) == 0x0376E6E7  # MPEG-2
+    assert _rocksoft(check, 0x04C11DB7, reflected=False, init=0) == 0x765E7680  # POSIX
+    assert _rocksoft(check) == _crc32c_reference(check)
+
+
 CRC_MISTAKES = {
     "crc-no-final-xor": lambda body: struct.pack("<I", _crc32c_reference(body, 0)),
     "crc-ieee-polynomial": lambda body: struct.pack("<I", zlib.crc32(body)),
     "crc-records-only": lambda body: struct.pack("<I", _crc32c_reference(body[28:])),
     "crc-misses-last-byte": lambda body: struct.pack("<I", _crc32c_reference(body[:-1])),
     "crc-trailer-big-endian": lambda body: struct.pack(">I", _crc32c_reference(body)),
+    # members of the parametrised CRC (one parameter each, so a reader probe tries them too)
+    "crc-init-zero": lambda body: struct.pack("<I", _rocksoft(body, init=0)),
+    "crc-init-zero&crc-no-final-xor": lambda body: struct.pack(
+        "<I", _rocksoft(body, init=0, xorout=0)
+    ),
+    "crc-polynomial:right-0x1edc6f41": lambda body: struct.pack(
+        "<I", _rocksoft(body, shift_right_with=0x1EDC6F41)
+    ),
+    "crc-polynomial:left-0x1edc6f41": lambda body: struct.pack(
+        "<I", _rocksoft(body, reflected=False)
+    ),
+    "crc-polynomial:right-0xeb31d82e": lambda body: struct.pack("<I", _rocksoft(body, 0x741B8CD7)),
+    "crc-skips-magic": lambda body: struct.pack("<I", _rocksoft(body[4:])),
+    "crc-includes-trailer": lambda body: struct.pack("<I", _rocksoft(body + bytes(4))),
+    "crc-result-bits-reversed": lambda body: struct.pack(
+        "<I", int(f"{_rocksoft(body):032b}"[::-1], 2)
+    ),
+}
+# Several parameters off at once: a writer's trailer names them all (a reader is probed with
+# one parameter off at a time).
+CRC_MISTAKES_COMBINED = {
+    "crc-init-zero&crc-no-final-xor&crc-records-only&crc-trailer-big-endian": lambda body: (
+        struct.pack(">I", _rocksoft(body[28:], init=0, xorout=0))
+    ),
+    "crc-polynomial:left-0x04c11db7&crc-header-only": lambda body: struct.pack(
+        "<I", _rocksoft(body[:28], 0x04C11DB7, reflected=False)
+    ),
+    "crc-ieee-polynomial&crc-no-final-xor&crc-misses-last-byte": lambda body: struct.pack(
+        "<I", _rocksoft(body[:-1], 0x04C11DB7, xorout=0)
+    ),
 }
 
 
-@pytest.mark.parametrize("cause", sorted(CRC_MISTAKES))
+@pytest.mark.parametrize("cause", sorted(CRC_MISTAKES | CRC_MISTAKES_COMBINED))
 def test_crc_mistakes_in_an_export(cause: str) -> None:
     blocks = _blocks()
     expected = oracle.encode(GEOMETRY, blocks, 1)
     body = expected[:-4]
-    got = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES[cause](body), ()))
+    mistaken = (CRC_MISTAKES | CRC_MISTAKES_COMBINED)[cause](body)
+    got = _diagnosed(EnvelopeEvidence(expected, body + mistaken, ()))
     assert (got.cause.id, got.blamed, got.symptom) == (cause, ("ENV-CRC",), "crc-only")
     assert "valid-refused:EFORMAT" in got.cause.explains
+
+
+def test_crc_titles_say_the_parameters_found() -> None:
+    expected = oracle.encode(GEOMETRY, _blocks(), 1)
+    body = expected[:-4]
+    zero = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES["crc-init-zero"](body)))
+    assert zero.cause.title == "CRC-32C computed with init 0x0 instead of 0xFFFFFFFF"
+    normal = CRC_MISTAKES["crc-polynomial:right-0x1edc6f41"](body)
+    got = _diagnosed(EnvelopeEvidence(expected, body + normal))
+    assert "polynomial in normal form (0x1edc6f41) in a reflected, shift-right CRC" in (
+        got.cause.title
+    )
+
+
+def test_a_trailer_no_crc_model_gives_is_no_crc_mistake() -> None:
+    expected = oracle.encode(GEOMETRY, _blocks(), 1)
+    body = expected[:-4]
+    # The right CRC plus one: no parameter of the model gives it.
+    off_by_one = struct.pack("<I", (_crc32c_reference(body) + 1) & 0xFFFFFFFF)
+    got = _diagnosed(EnvelopeEvidence(expected, body + off_by_one))
+    assert (got.cause, got.blamed, got.symptom) == (None, ("ENV-CRC",), "crc-only")
 
 
 def test_no_final_xor_says_so() -> None:
@@ -542,6 +633,27 @@ def test_a_symptom_explained_elsewhere_is_a_consequence() -> None:
     assert (settled.consequence, settled.blamed) == ("crc-no-final-xor", ("ENV-CRC",))
 
 
+@pytest.mark.parametrize("crc", ["crc-init-zero", "crc-polynomial:right-0x1edc6f41"])
+def test_a_status_mixup_yields_to_any_crc_mistake_of_the_run(crc: str) -> None:
+    """A reader whose CRC refuses every envelope refuses a geometry case with its CRC's
+    EFORMAT: that is the CRC mistake's consequence, not a status mix-up of its own."""
+    expected = oracle.encode(GEOMETRY, _blocks(), 1)
+    body = expected[:-4]
+    export = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES[crc](body)))
+    geometry = _diagnosed(
+        RefusalEvidence(frozenset({"READ-GEOMETRY"}), frozenset({"ESHAPE"}), "EFORMAT")
+    )
+    assert geometry.cause.id == "wrong-status:READ-GEOMETRY"
+    run = diagnose_run({"export": export, "geometry": geometry, "again": geometry})
+    assert [(f.cause.id, f.shown_by, f.explains) for f in run.findings] == [
+        (crc, ["export"], ["geometry", "again"])
+    ]
+    assert run.attributions["geometry"].consequence == crc
+    # Without a CRC mistake in the run, the mix-up stays the cause.
+    alone = diagnose_run({"geometry": geometry})
+    assert [f.cause.id for f in alone.findings] == ["wrong-status:READ-GEOMETRY"]
+
+
 def test_the_run_puts_the_cause_it_shows_most_first() -> None:
     """A failure matching two causes is the one the run's other failures show."""
     first, second = (Cause(c, c, (r,)) for c, r in (("a", "HASH-CHAIN"), ("b", "HASH-INPUT")))
@@ -658,6 +770,75 @@ def test_no_probe_without_a_pool_nor_a_cause_without_the_mistake() -> None:
     got = attribute(refused, ["READ-ACCEPT"], sound)
     assert (got.cause, got.blamed, got.note) == (None, ("READ-ACCEPT",), "")
     assert len(sound.imports) >= len(CRC_MISTAKES)
+
+
+class _Server:
+    """A decode server's transfer whose chunk check computes `field` (the spec's: the CRC-32C
+    of the whole payload) and refuses any other crc32c with DATA_LOSS."""
+
+    def __init__(self, field) -> None:
+        self.field = field
+        self.geometry = GEOMETRY
+        self.pushed: list[Chunk] = []
+
+    def new_request_id(self) -> str:
+        return f"probe-{len(self.pushed)}"
+
+    def push(self, chunks):
+        self.pushed.extend(chunks)
+        for chunk in chunks:
+            if chunk.crc32c != self.field(chunk.payload):
+                raise Refused("DATA_LOSS", "PushKv")
+        return PushCounts(len(chunks), 0, sum(len(c.payload) for c in chunks))
+
+
+def _decode_server(field) -> _Reader:
+    server = _Reader(None, status_domain="grpc")
+    server.transfer = _Server(field)
+    return server
+
+
+@pytest.mark.parametrize(
+    ("cause", "field"),
+    [
+        # the envelope's own CRC: the CRC-32C of the payload less its trailer
+        ("crc-chunk-over-envelope-body", lambda p: _rocksoft(p[:-4])),
+        ("crc-chunk-over-records", lambda p: _rocksoft(p[28:-4])),
+        ("crc-chunk:crc-init-zero", lambda p: _rocksoft(p, init=0)),
+        ("crc-chunk:crc-ieee-polynomial", zlib.crc32),
+        (
+            "crc-chunk:crc-trailer-big-endian",
+            lambda p: int.from_bytes(_rocksoft(p).to_bytes(4, "little"), "big"),
+        ),
+    ],
+)
+def test_a_server_refusing_valid_chunks_is_probed_for_its_chunk_crc(cause: str, field) -> None:
+    server = _decode_server(field)
+    refused = RefusalEvidence(frozenset(), frozenset(), "DATA_LOSS")
+    got = attribute(refused, ["XFER-READER"], server)
+    assert (got.cause.id, got.blamed) == (cause, ("XFER-CHUNK-CRC",))
+    assert "valid-refused:DATA_LOSS" in got.cause.explains
+    # Each probe one valid partial block (no hash registered), its field right first.
+    first = server.transfer.pushed[0]
+    assert (first.block_hash, first.crc32c) == (0, oracle.crc32c(first.payload))
+    oracle.decode(first.payload)  # a valid envelope
+    # Probed once a run: the next refusal costs no chunk.
+    probes = len(server.transfer.pushed)
+    again = attribute(refused, ["XFER-READER"], server)
+    assert (again.cause.id, len(server.transfer.pushed)) == (cause, probes)
+
+
+def test_a_server_whose_chunk_crc_is_right_is_probed_once() -> None:
+    server = _decode_server(oracle.crc32c)
+    refused = RefusalEvidence(frozenset(), frozenset(), "DATA_LOSS")
+    assert attribute(refused, ["XFER-READER"], server).cause is None
+    assert attribute(refused, ["XFER-READER"], server).cause is None
+    assert len(server.transfer.pushed) == 1  # the right field, accepted: nothing to look for
+    # DATA_LOSS due (a rule the server must refuse so): no probe.
+    other = _decode_server(oracle.crc32c)
+    due = RefusalEvidence(frozenset({"READ-MAGIC"}), frozenset({"DATA_LOSS"}), "DATA_LOSS")
+    attribute(due, [], other)
+    assert other.transfer.pushed == []
 
 
 def test_a_diagnosis_never_raises() -> None:
