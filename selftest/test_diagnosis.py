@@ -203,7 +203,9 @@ CRC_MISTAKES = {
     "crc-records-only": lambda body: struct.pack("<I", _crc32c_reference(body[28:])),
     "crc-misses-last-byte": lambda body: struct.pack("<I", _crc32c_reference(body[:-1])),
     "crc-trailer-big-endian": lambda body: struct.pack(">I", _crc32c_reference(body)),
-    # members of the parametrised CRC (one parameter each, so a reader probe tries them too)
+}
+# Other members of the parametrised CRC, one parameter off each (a reader probe tries them too).
+CRC_MODEL_MISTAKES = {
     "crc-init-zero": lambda body: struct.pack("<I", _rocksoft(body, init=0)),
     "crc-init-zero&crc-no-final-xor": lambda body: struct.pack(
         "<I", _rocksoft(body, init=0, xorout=0)
@@ -236,23 +238,40 @@ CRC_MISTAKES_COMBINED = {
 }
 
 
-@pytest.mark.parametrize("cause", sorted(CRC_MISTAKES | CRC_MISTAKES_COMBINED))
+@pytest.mark.parametrize("cause", sorted(CRC_MISTAKES))
 def test_crc_mistakes_in_an_export(cause: str) -> None:
     blocks = _blocks()
     expected = oracle.encode(GEOMETRY, blocks, 1)
     body = expected[:-4]
-    mistaken = (CRC_MISTAKES | CRC_MISTAKES_COMBINED)[cause](body)
+    got = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES[cause](body), ()))
+    assert (got.cause.id, got.blamed, got.symptom) == (cause, ("ENV-CRC",), "crc-only")
+    assert "valid-refused:EFORMAT" in got.cause.explains
+
+
+def _crc_envelope() -> bytes:
+    """An envelope of values of its own generator: the module's RNG stream stays as the tests
+    below were written against."""
+    values = np.random.default_rng(27).standard_normal(GEOMETRY.values_shape).astype(F32)
+    return oracle.encode(GEOMETRY, _blocks(values=values), 1)
+
+
+@pytest.mark.parametrize("cause", sorted(CRC_MODEL_MISTAKES | CRC_MISTAKES_COMBINED))
+def test_crc_model_mistakes_in_an_export(cause: str) -> None:
+    expected = _crc_envelope()
+    body = expected[:-4]
+    mistaken = (CRC_MODEL_MISTAKES | CRC_MISTAKES_COMBINED)[cause](body)
     got = _diagnosed(EnvelopeEvidence(expected, body + mistaken, ()))
     assert (got.cause.id, got.blamed, got.symptom) == (cause, ("ENV-CRC",), "crc-only")
     assert "valid-refused:EFORMAT" in got.cause.explains
 
 
 def test_crc_titles_say_the_parameters_found() -> None:
-    expected = oracle.encode(GEOMETRY, _blocks(), 1)
+    expected = _crc_envelope()
     body = expected[:-4]
-    zero = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES["crc-init-zero"](body)))
+    zero = CRC_MODEL_MISTAKES["crc-init-zero"](body)
+    zero = _diagnosed(EnvelopeEvidence(expected, body + zero))
     assert zero.cause.title == "CRC-32C computed with init 0x0 instead of 0xFFFFFFFF"
-    normal = CRC_MISTAKES["crc-polynomial:right-0x1edc6f41"](body)
+    normal = CRC_MODEL_MISTAKES["crc-polynomial:right-0x1edc6f41"](body)
     got = _diagnosed(EnvelopeEvidence(expected, body + normal))
     assert "polynomial in normal form (0x1edc6f41) in a reflected, shift-right CRC" in (
         got.cause.title
@@ -260,7 +279,7 @@ def test_crc_titles_say_the_parameters_found() -> None:
 
 
 def test_a_trailer_no_crc_model_gives_is_no_crc_mistake() -> None:
-    expected = oracle.encode(GEOMETRY, _blocks(), 1)
+    expected = _crc_envelope()
     body = expected[:-4]
     # The right CRC plus one: no parameter of the model gives it.
     off_by_one = struct.pack("<I", (_crc32c_reference(body) + 1) & 0xFFFFFFFF)
@@ -637,9 +656,9 @@ def test_a_symptom_explained_elsewhere_is_a_consequence() -> None:
 def test_a_status_mixup_yields_to_any_crc_mistake_of_the_run(crc: str) -> None:
     """A reader whose CRC refuses every envelope refuses a geometry case with its CRC's
     EFORMAT: that is the CRC mistake's consequence, not a status mix-up of its own."""
-    expected = oracle.encode(GEOMETRY, _blocks(), 1)
+    expected = _crc_envelope()
     body = expected[:-4]
-    export = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES[crc](body)))
+    export = _diagnosed(EnvelopeEvidence(expected, body + CRC_MODEL_MISTAKES[crc](body)))
     geometry = _diagnosed(
         RefusalEvidence(frozenset({"READ-GEOMETRY"}), frozenset({"ESHAPE"}), "EFORMAT")
     )
@@ -681,7 +700,8 @@ class _Pool(PoolHandle):
     def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
         self.reader.imports.append((self.capacity, max_blocks))
         body, trailer = data[:-4], data[-4:]
-        if self.reader.mistake is None or trailer != CRC_MISTAKES[self.reader.mistake](body):
+        mistaken = (CRC_MISTAKES | CRC_MODEL_MISTAKES).get(self.reader.mistake or "")
+        if mistaken is None or trailer != mistaken(body):
             raise Refused("EFORMAT", "import")
         if self.reader.due:
             raise Refused(self.reader.due, "import")
@@ -735,6 +755,21 @@ def test_a_valid_envelope_refused_is_probed_for_the_reader_crc(mistake: str) -> 
     assert reader.imports
     assert set(reader.imports) == {(2, 3)}
     assert (reader.open_pools, reader.held) == (0, 0)
+
+
+@pytest.mark.parametrize("mistake", sorted(CRC_MODEL_MISTAKES))
+def test_a_reader_is_probed_for_each_single_crc_parameter(mistake: str) -> None:
+    reader = _Reader(mistake)
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", _crc_envelope(), pool=ReaderPool(GEOMETRY, 2, 3)
+    )
+    got = attribute(refused, ["READ-ACCEPT"], reader)
+    assert (got.cause.id, got.blamed, got.note) == (mistake, ("READ-CRC",), "")
+    assert len(reader.imports) <= 19  # one probe a model, a bounded few
+    # The model found is probed first on the reader's next refusal.
+    reader.imports.clear()
+    again = attribute(refused, ["READ-ACCEPT"], reader)
+    assert (again.cause.id, len(reader.imports)) == (mistake, 1)
 
 
 def test_a_rejection_refused_with_another_status_is_probed_for_the_due_one() -> None:
