@@ -270,7 +270,7 @@ def test_crc_titles_say_the_parameters_found() -> None:
     body = expected[:-4]
     zero = CRC_MODEL_MISTAKES["crc-init-zero"](body)
     zero = _diagnosed(EnvelopeEvidence(expected, body + zero))
-    assert zero.cause.title == "CRC-32C computed with init 0x0 instead of 0xFFFFFFFF"
+    assert zero.cause.title == "CRC-32C computed with init 0 instead of 0xFFFFFFFF"
     normal = CRC_MODEL_MISTAKES["crc-polynomial:right-0x1edc6f41"](body)
     got = _diagnosed(EnvelopeEvidence(expected, body + normal))
     assert "polynomial in normal form (0x1edc6f41) in a reflected, shift-right CRC" in (

@@ -99,21 +99,23 @@ class CrcModel:
         elif (self.shift, self.polynomial) != ("right", CASTAGNOLI):
             form = "reflected" if self.polynomial in _REFLECTED_FORMS else "normal"
             algorithm = (
-                "reflected, shift-right" if self.shift == "right" else "unreflected, shift-left"
+                "a reflected, shift-right"
+                if self.shift == "right"
+                else "an unreflected, shift-left"
             )
             out.append(
                 (
                     f"crc-polynomial:{self.shift}-{self.polynomial:#010x}",
                     f"the {_POLYNOMIALS[self.polynomial]} polynomial in {form} form "
-                    f"({self.polynomial:#010x}) in a {algorithm} CRC, not Castagnoli's "
+                    f"({self.polynomial:#010x}) in {algorithm} CRC, not Castagnoli's "
                     f"{CASTAGNOLI:#010x} shifted right",
                 )
             )
-        if self.init != MASK:
+        if self.init != MASK:  # 0, the only other the model tries
             out.append(
                 (
                     "crc-init-zero",
-                    f"CRC-32C computed with init {self.init:#x} instead of 0xFFFFFFFF",
+                    "CRC-32C computed with init 0 instead of 0xFFFFFFFF",
                 )
             )
         if self.xorout != MASK:
