@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from tlkv_conformance.errors import Refused
 from tlkv_conformance.evidence import (
     EnvelopeEvidence,
     HashEvidence,
+    KnownMistake,
     ReaderPool,
     RefusalEvidence,
     SizeEvidence,
@@ -874,6 +876,34 @@ def test_a_server_whose_chunk_crc_is_right_is_probed_once() -> None:
     due = RefusalEvidence(frozenset({"READ-MAGIC"}), frozenset({"DATA_LOSS"}), "DATA_LOSS")
     attribute(due, [], other)
     assert other.transfer.pushed == []
+
+
+@pytest.mark.parametrize(
+    ("cause", "field"),
+    [
+        ("prefill-envelope-crc-in-chunk", lambda p: int.from_bytes(p[-4:], "little")),
+        ("prefill-crc-chunk-over-records", lambda p: _rocksoft(p[28:-4])),
+        ("prefill-crc-chunk:crc-no-final-xor", lambda p: _rocksoft(p, xorout=0)),
+        (
+            "prefill-crc-chunk:crc-polynomial:left-0x04c11db7",
+            lambda p: _rocksoft(p, 0x04C11DB7, reflected=False),
+        ),
+    ],
+)
+def test_how_a_client_computed_a_chunks_crc(cause: str, field) -> None:
+    payload = _crc_envelope()
+    generic = KnownMistake(
+        "prefill-chunk-crc",
+        "the chunk's crc32c is not the CRC-32C of its payload",
+        ("PREFILL-CHUNK-CRC",),
+        chunk_crc=(payload, field(payload)),
+    )
+    got = _diagnosed(generic)
+    assert (got.cause.id, got.blamed) == (cause, ("PREFILL-CHUNK-CRC",))
+    assert got.cause.title.startswith("the chunk's crc32c field computed as ")
+    # A field no model gives keeps the check's own, general cause.
+    unknown = replace(generic, chunk_crc=(payload, (oracle.crc32c(payload) + 1) & 0xFFFFFFFF))
+    assert _diagnosed(unknown).cause.id == "prefill-chunk-crc"
 
 
 def test_a_diagnosis_never_raises() -> None:

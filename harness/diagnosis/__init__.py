@@ -35,7 +35,7 @@ from ..evidence import (
     ValuesEvidence,
 )
 from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
-from ._crc_signatures import CRC_FAMILY
+from ._crc_signatures import CRC_FAMILY, client_chunk_crc_cause
 from ._envelope import envelope_attribution
 from ._faults import fault_title
 from ._probe import probe_chunk_crc, probe_reader
@@ -162,6 +162,8 @@ def _analyse(
             evidence.detail,
             yields_to=evidence.yields_to,
         )
+        if evidence.chunk_crc is not None:  # how the client computed the field, when known
+            cause = client_chunk_crc_cause(*evidence.chunk_crc, evidence.reqs) or cause
         return [cause], set(evidence.reqs), ""
     if isinstance(evidence, StaleHashEvidence):
         cause = Cause(

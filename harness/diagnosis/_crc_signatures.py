@@ -369,11 +369,15 @@ class ChunkCrcModel:
 
     @property
     def title(self) -> str:
+        return f"the tl.kv.v1 chunk's crc32c field checked against {self._computed()}"
+
+    @property
+    def client_title(self) -> str:
+        return f"the chunk's crc32c field computed as {self._computed()}"
+
+    def _computed(self) -> str:
         what = "the CRC-32C" if self.crc == RIGHT else f"a CRC with {self.crc.title}"
-        return (
-            f"the tl.kv.v1 chunk's crc32c field checked against {what} of "
-            f"{_CHUNK_RANGES[self.covered][1]}, not the CRC-32C of the whole payload"
-        )
+        return f"{what} of {_CHUNK_RANGES[self.covered][1]}, not the CRC-32C of the whole payload"
 
 
 # One probe each, the likeliest first: another range with the spec's CRC, then the whole
@@ -394,4 +398,36 @@ def chunk_crc_cause(model: ChunkCrcModel, code: str) -> Cause:
         f"a chunk of a valid one-block envelope refused with {code} when its crc32c field is "
         "the CRC-32C of its payload, accepted with that computation's",
         _CRC_EXPLAINS,
+    )
+
+
+def client_chunk_crc_cause(payload: bytes, field: int, reqs: tuple[str, ...]) -> Cause | None:
+    """How a prefill client computed a chunk's crc32c `field` for `payload`: the chunk model
+    (any range, any point of the CRC model) giving exactly that field, or one of several; None
+    when none does (or the payload is too large to recompute)."""
+    if not oracle.HEADER_SIZE + oracle.CRC_SIZE <= len(payload) <= MAX_RECOMPUTED:
+        return None
+    causes = []
+    for covered, (span, _) in _CHUNK_RANGES.items():
+        for (shift, polynomial), init in product(_ENGINES, (MASK, 0)):
+            register = _run(shift, polynomial, init, payload[span])
+            for xorout, reversed_result, byte_order in product(
+                (MASK, 0), (False, True), ("little", "big")
+            ):
+                crc = CrcModel(shift, polynomial, init, xorout, reversed_result, byte_order)
+                model = ChunkCrcModel(covered, crc)
+                computed = int.from_bytes(crc.trailer(register), "little")
+                if model != ChunkCrcModel() and computed == field:
+                    causes.append(_client_cause(model, field, reqs))
+    causes.sort(key=lambda c: (c.id.count("&"), c.id))
+    return one_of(causes) if causes else None
+
+
+def _client_cause(model: ChunkCrcModel, field: int, reqs: tuple[str, ...]) -> Cause:
+    own = model == ChunkCrcModel("envelope-body")  # what the envelope's trailer holds
+    return Cause(
+        "prefill-envelope-crc-in-chunk" if own else "prefill-" + model.cause_id,
+        model.client_title,
+        reqs,
+        f"crc32c {field:#010x} is that computation's",
     )
