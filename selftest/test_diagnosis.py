@@ -816,6 +816,7 @@ class _Server:
     def __init__(self, field) -> None:
         self.field = field
         self.geometry = GEOMETRY
+        self.read_versions = frozenset({2})
         self.pushed: list[Chunk] = []
 
     def new_request_id(self) -> str:
@@ -858,7 +859,7 @@ def test_a_server_refusing_valid_chunks_is_probed_for_its_chunk_crc(cause: str, 
     # Each probe one valid partial block (no hash registered), its field right first.
     first = server.transfer.pushed[0]
     assert (first.block_hash, first.crc32c) == (0, oracle.crc32c(first.payload))
-    oracle.decode(first.payload)  # a valid envelope
+    assert first.kv_format == oracle.decode(first.payload).version == 2  # valid, a version read
     # Probed once a run: the next refusal costs no chunk.
     probes = len(server.transfer.pushed)
     again = attribute(refused, ["XFER-READER"], server)

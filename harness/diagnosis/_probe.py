@@ -75,11 +75,12 @@ def _chunk_check(transfer: Transfer) -> ChunkCrcModel | None:
     geometry = transfer.geometry
     if geometry.block_tokens < 2:
         return None  # no partial block: every full one registers a hash on the server
+    version = min(transfer.read_versions, default=1)  # one it reads, else FAILED_PRECONDITION
     block = oracle.Block(0, 1, np.zeros(geometry.values_shape, np.float32))
-    payload = oracle.encode(geometry, [block], 1)
+    payload = oracle.encode(geometry, [block], version)
 
     def answer(crc32c: int) -> str | None:
-        chunk = Chunk(0, 1, 0, payload, crc32c, transfer.new_request_id())
+        chunk = Chunk(0, version, 0, payload, crc32c, transfer.new_request_id())
         try:
             transfer.push([chunk])
         except Refused as refused:
