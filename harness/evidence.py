@@ -125,6 +125,9 @@ class KnownMistake:
     reqs: tuple[str, ...]
     detail: str = ""
     yields_to: frozenset[str] = frozenset()
+    # A chunk's payload and the crc32c field a prefill client gave it, where the field is
+    # wrong: the diagnosis recomputes how it was computed.
+    chunk_crc: tuple[bytes, int] | None = None
 
 
 @dataclass(frozen=True, eq=False)

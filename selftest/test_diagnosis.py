@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from tlkv_conformance import oracle
-from tlkv_conformance.adapters import Adapter, ImplInfo, PoolHandle
+from tlkv_conformance.adapters import Adapter, Chunk, ImplInfo, PoolHandle, PushCounts
 from tlkv_conformance.diagnosis import Attribution, Cause, attribute, diagnose_run
 from tlkv_conformance.errors import Refused
 from tlkv_conformance.evidence import (
     EnvelopeEvidence,
     HashEvidence,
+    KnownMistake,
     OrderEvidence,
     ReaderPool,
     RefusalEvidence,
@@ -159,12 +161,83 @@ def _crc32c_reference(data: bytes, xor_out: int = 0xFFFFFFFF) -> int:
     return crc ^ xor_out
 
 
+def _rocksoft(
+    data: bytes,
+    poly: int = 0x1EDC6F41,  # normal form, as the Rocksoft model writes it
+    *,
+    reflected: bool = True,
+    init: int = 0xFFFFFFFF,
+    xorout: int = 0xFFFFFFFF,
+    shift_right_with: int | None = None,
+) -> int:
+    """A bitwise CRC-32 of the Rocksoft model, written apart from the diagnosis' tables:
+    reflected in and out, or neither. `shift_right_with`: a reflected register shifted with this
+    constant as it is (the mistake of a normal-form polynomial in a shift-right loop)."""
+    bits = int(f"{poly:032b}"[::-1], 2) if shift_right_with is None else shift_right_with
+    crc = init
+    for byte in data:
+        if reflected:
+            crc ^= byte
+            for _ in range(8):
+                crc = (crc >> 1) ^ (bits if crc & 1 else 0)
+        else:
+            crc ^= byte << 24
+            for _ in range(8):
+                crc = ((crc << 1) & 0xFFFFFFFF) ^ (poly if crc & 0x80000000 else 0)
+    return crc ^ xorout
+
+
+def test_the_tests_crc_model_gives_the_catalogued_check_values() -> None:
+    """The check values of "123456789" from the catalogue of parametrised CRC algorithms
+    (reveng.sourceforge.io/crc-catalogue): each model below is the one named."""
+    check = b"123456789"
+    assert _rocksoft(check) == 0xE3069283  # CRC-32C (iSCSI), the spec's
+    assert _rocksoft(check, 0x04C11DB7) == 0xCBF43926 == zlib.crc32(check)  # CRC-32 (IEEE)
+    assert _rocksoft(check, 0x04C11DB7, xorout=0) == 0x340BC6D9  # CRC-32/JAMCRC
+    assert _rocksoft(check, 0x04C11DB7, reflected=False) == 0xFC891918  # CRC-32/BZIP2
+    assert _rocksoft(check, 0x04C11DB7, reflected=False, xorout=0) == 0x0376E6E7  # MPEG-2
+    assert _rocksoft(check, 0x04C11DB7, reflected=False, init=0) == 0x765E7680  # POSIX
+    assert _rocksoft(check) == _crc32c_reference(check)
+
+
 CRC_MISTAKES = {
     "crc-no-final-xor": lambda body: struct.pack("<I", _crc32c_reference(body, 0)),
     "crc-ieee-polynomial": lambda body: struct.pack("<I", zlib.crc32(body)),
     "crc-records-only": lambda body: struct.pack("<I", _crc32c_reference(body[28:])),
     "crc-misses-last-byte": lambda body: struct.pack("<I", _crc32c_reference(body[:-1])),
     "crc-trailer-big-endian": lambda body: struct.pack(">I", _crc32c_reference(body)),
+}
+# Other members of the parametrised CRC, one parameter off each (a reader probe tries them too).
+CRC_MODEL_MISTAKES = {
+    "crc-init-zero": lambda body: struct.pack("<I", _rocksoft(body, init=0)),
+    "crc-init-zero&crc-no-final-xor": lambda body: struct.pack(
+        "<I", _rocksoft(body, init=0, xorout=0)
+    ),
+    "crc-polynomial:right-0x1edc6f41": lambda body: struct.pack(
+        "<I", _rocksoft(body, shift_right_with=0x1EDC6F41)
+    ),
+    "crc-polynomial:left-0x1edc6f41": lambda body: struct.pack(
+        "<I", _rocksoft(body, reflected=False)
+    ),
+    "crc-polynomial:right-0xeb31d82e": lambda body: struct.pack("<I", _rocksoft(body, 0x741B8CD7)),
+    "crc-skips-magic": lambda body: struct.pack("<I", _rocksoft(body[4:])),
+    "crc-includes-trailer": lambda body: struct.pack("<I", _rocksoft(body + bytes(4))),
+    "crc-result-bits-reversed": lambda body: struct.pack(
+        "<I", int(f"{_rocksoft(body):032b}"[::-1], 2)
+    ),
+}
+# Several parameters off at once: a writer's trailer names them all (a reader is probed with
+# one parameter off at a time).
+CRC_MISTAKES_COMBINED = {
+    "crc-init-zero&crc-no-final-xor&crc-records-only&crc-trailer-big-endian": lambda body: (
+        struct.pack(">I", _rocksoft(body[28:], init=0, xorout=0))
+    ),
+    "crc-polynomial:left-0x04c11db7&crc-header-only": lambda body: struct.pack(
+        "<I", _rocksoft(body[:28], 0x04C11DB7, reflected=False)
+    ),
+    "crc-ieee-polynomial&crc-no-final-xor&crc-misses-last-byte": lambda body: struct.pack(
+        "<I", _rocksoft(body[:-1], 0x04C11DB7, xorout=0)
+    ),
 }
 
 
@@ -176,6 +249,45 @@ def test_crc_mistakes_in_an_export(cause: str) -> None:
     got = _diagnosed(EnvelopeEvidence(expected, body + CRC_MISTAKES[cause](body), ()))
     assert (got.cause.id, got.blamed, got.symptom) == (cause, ("ENV-CRC",), "crc-only")
     assert "valid-refused:EFORMAT" in got.cause.explains
+
+
+def _crc_envelope() -> bytes:
+    """An envelope of values of its own generator: the module's RNG stream stays as the tests
+    below were written against."""
+    values = np.random.default_rng(27).standard_normal(GEOMETRY.values_shape).astype(F32)
+    return oracle.encode(GEOMETRY, _blocks(values=values), 1)
+
+
+@pytest.mark.parametrize("cause", sorted(CRC_MODEL_MISTAKES | CRC_MISTAKES_COMBINED))
+def test_crc_model_mistakes_in_an_export(cause: str) -> None:
+    expected = _crc_envelope()
+    body = expected[:-4]
+    mistaken = (CRC_MODEL_MISTAKES | CRC_MISTAKES_COMBINED)[cause](body)
+    got = _diagnosed(EnvelopeEvidence(expected, body + mistaken, ()))
+    assert (got.cause.id, got.blamed, got.symptom) == (cause, ("ENV-CRC",), "crc-only")
+    assert "valid-refused:EFORMAT" in got.cause.explains
+
+
+def test_crc_titles_say_the_parameters_found() -> None:
+    expected = _crc_envelope()
+    body = expected[:-4]
+    zero = CRC_MODEL_MISTAKES["crc-init-zero"](body)
+    zero = _diagnosed(EnvelopeEvidence(expected, body + zero))
+    assert zero.cause.title == "CRC-32C computed with init 0 instead of 0xFFFFFFFF"
+    normal = CRC_MODEL_MISTAKES["crc-polynomial:right-0x1edc6f41"](body)
+    got = _diagnosed(EnvelopeEvidence(expected, body + normal))
+    assert "polynomial in normal form (0x1edc6f41) in a reflected, shift-right CRC" in (
+        got.cause.title
+    )
+
+
+def test_a_trailer_no_crc_model_gives_is_no_crc_mistake() -> None:
+    expected = _crc_envelope()
+    body = expected[:-4]
+    # The right CRC plus one: no parameter of the model gives it.
+    off_by_one = struct.pack("<I", (_crc32c_reference(body) + 1) & 0xFFFFFFFF)
+    got = _diagnosed(EnvelopeEvidence(expected, body + off_by_one))
+    assert (got.cause, got.blamed, got.symptom) == (None, ("ENV-CRC",), "crc-only")
 
 
 def test_no_final_xor_says_so() -> None:
@@ -543,6 +655,27 @@ def test_a_symptom_explained_elsewhere_is_a_consequence() -> None:
     assert (settled.consequence, settled.blamed) == ("crc-no-final-xor", ("ENV-CRC",))
 
 
+@pytest.mark.parametrize("crc", ["crc-init-zero", "crc-polynomial:right-0x1edc6f41"])
+def test_a_status_mixup_yields_to_any_crc_mistake_of_the_run(crc: str) -> None:
+    """A reader whose CRC refuses every envelope refuses a geometry case with its CRC's
+    EFORMAT: that is the CRC mistake's consequence, not a status mix-up of its own."""
+    expected = _crc_envelope()
+    body = expected[:-4]
+    export = _diagnosed(EnvelopeEvidence(expected, body + CRC_MODEL_MISTAKES[crc](body)))
+    geometry = _diagnosed(
+        RefusalEvidence(frozenset({"READ-GEOMETRY"}), frozenset({"ESHAPE"}), "EFORMAT")
+    )
+    assert geometry.cause.id == "wrong-status:READ-GEOMETRY"
+    run = diagnose_run({"export": export, "geometry": geometry, "again": geometry})
+    assert [(f.cause.id, f.shown_by, f.explains) for f in run.findings] == [
+        (crc, ["export"], ["geometry", "again"])
+    ]
+    assert run.attributions["geometry"].consequence == crc
+    # Without a CRC mistake in the run, the mix-up stays the cause.
+    alone = diagnose_run({"geometry": geometry})
+    assert [f.cause.id for f in alone.findings] == ["wrong-status:READ-GEOMETRY"]
+
+
 def test_the_run_puts_the_cause_it_shows_most_first() -> None:
     """A failure matching two causes is the one the run's other failures show."""
     first, second = (Cause(c, c, (r,)) for c, r in (("a", "HASH-CHAIN"), ("b", "HASH-INPUT")))
@@ -570,7 +703,8 @@ class _Pool(PoolHandle):
     def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
         self.reader.imports.append((self.capacity, max_blocks))
         body, trailer = data[:-4], data[-4:]
-        if self.reader.mistake is None or trailer != CRC_MISTAKES[self.reader.mistake](body):
+        mistaken = (CRC_MISTAKES | CRC_MODEL_MISTAKES).get(self.reader.mistake or "")
+        if mistaken is None or trailer != mistaken(body):
             raise Refused("EFORMAT", "import")
         if self.reader.due:
             raise Refused(self.reader.due, "import")
@@ -626,6 +760,21 @@ def test_a_valid_envelope_refused_is_probed_for_the_reader_crc(mistake: str) -> 
     assert (reader.open_pools, reader.held) == (0, 0)
 
 
+@pytest.mark.parametrize("mistake", sorted(CRC_MODEL_MISTAKES))
+def test_a_reader_is_probed_for_each_single_crc_parameter(mistake: str) -> None:
+    reader = _Reader(mistake)
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", _crc_envelope(), pool=ReaderPool(GEOMETRY, 2, 3)
+    )
+    got = attribute(refused, ["READ-ACCEPT"], reader)
+    assert (got.cause.id, got.blamed, got.note) == (mistake, ("READ-CRC",), "")
+    assert len(reader.imports) <= 19  # one probe a model, a bounded few
+    # The model found is probed first on the reader's next refusal.
+    reader.imports.clear()
+    again = attribute(refused, ["READ-ACCEPT"], reader)
+    assert (again.cause.id, len(reader.imports)) == (mistake, 1)
+
+
 def test_a_rejection_refused_with_another_status_is_probed_for_the_due_one() -> None:
     envelope = oracle.encode(GEOMETRY, _blocks(), 1)
     rules, due = frozenset({"READ-GEOMETRY"}), frozenset({"ESHAPE"})
@@ -659,6 +808,104 @@ def test_no_probe_without_a_pool_nor_a_cause_without_the_mistake() -> None:
     got = attribute(refused, ["READ-ACCEPT"], sound)
     assert (got.cause, got.blamed, got.note) == (None, ("READ-ACCEPT",), "")
     assert len(sound.imports) >= len(CRC_MISTAKES)
+
+
+class _Server:
+    """A decode server's transfer whose chunk check computes `field` (the spec's: the CRC-32C
+    of the whole payload) and refuses any other crc32c with DATA_LOSS."""
+
+    def __init__(self, field) -> None:
+        self.field = field
+        self.geometry = GEOMETRY
+        self.read_versions = frozenset({2})
+        self.pushed: list[Chunk] = []
+
+    def new_request_id(self) -> str:
+        return f"probe-{len(self.pushed)}"
+
+    def push(self, chunks):
+        self.pushed.extend(chunks)
+        for chunk in chunks:
+            if chunk.crc32c != self.field(chunk.payload):
+                raise Refused("DATA_LOSS", "PushKv")
+        return PushCounts(len(chunks), 0, sum(len(c.payload) for c in chunks))
+
+
+def _decode_server(field) -> _Reader:
+    server = _Reader(None, status_domain="grpc")
+    server.transfer = _Server(field)
+    return server
+
+
+@pytest.mark.parametrize(
+    ("cause", "field"),
+    [
+        # the envelope's own CRC: the CRC-32C of the payload less its trailer
+        ("crc-chunk-over-envelope-body", lambda p: _rocksoft(p[:-4])),
+        ("crc-chunk-over-records", lambda p: _rocksoft(p[28:-4])),
+        ("crc-chunk:crc-init-zero", lambda p: _rocksoft(p, init=0)),
+        ("crc-chunk:crc-ieee-polynomial", zlib.crc32),
+        (
+            "crc-chunk:crc-trailer-big-endian",
+            lambda p: int.from_bytes(_rocksoft(p).to_bytes(4, "little"), "big"),
+        ),
+    ],
+)
+def test_a_server_refusing_valid_chunks_is_probed_for_its_chunk_crc(cause: str, field) -> None:
+    server = _decode_server(field)
+    refused = RefusalEvidence(frozenset(), frozenset(), "DATA_LOSS")
+    got = attribute(refused, ["XFER-READER"], server)
+    assert (got.cause.id, got.blamed) == (cause, ("XFER-CHUNK-CRC",))
+    assert "valid-refused:DATA_LOSS" in got.cause.explains
+    # Each probe one valid partial block (no hash registered), its field right first.
+    first = server.transfer.pushed[0]
+    assert (first.block_hash, first.crc32c) == (0, oracle.crc32c(first.payload))
+    assert first.kv_format == oracle.decode(first.payload).version == 2  # valid, a version read
+    # Probed once a run: the next refusal costs no chunk.
+    probes = len(server.transfer.pushed)
+    again = attribute(refused, ["XFER-READER"], server)
+    assert (again.cause.id, len(server.transfer.pushed)) == (cause, probes)
+
+
+def test_a_server_whose_chunk_crc_is_right_is_probed_once() -> None:
+    server = _decode_server(oracle.crc32c)
+    refused = RefusalEvidence(frozenset(), frozenset(), "DATA_LOSS")
+    assert attribute(refused, ["XFER-READER"], server).cause is None
+    assert attribute(refused, ["XFER-READER"], server).cause is None
+    assert len(server.transfer.pushed) == 1  # the right field, accepted: nothing to look for
+    # DATA_LOSS due (a rule the server must refuse so): no probe.
+    other = _decode_server(oracle.crc32c)
+    due = RefusalEvidence(frozenset({"READ-MAGIC"}), frozenset({"DATA_LOSS"}), "DATA_LOSS")
+    attribute(due, [], other)
+    assert other.transfer.pushed == []
+
+
+@pytest.mark.parametrize(
+    ("cause", "field"),
+    [
+        ("prefill-envelope-crc-in-chunk", lambda p: int.from_bytes(p[-4:], "little")),
+        ("prefill-crc-chunk-over-records", lambda p: _rocksoft(p[28:-4])),
+        ("prefill-crc-chunk:crc-no-final-xor", lambda p: _rocksoft(p, xorout=0)),
+        (
+            "prefill-crc-chunk:crc-polynomial:left-0x04c11db7",
+            lambda p: _rocksoft(p, 0x04C11DB7, reflected=False),
+        ),
+    ],
+)
+def test_how_a_client_computed_a_chunks_crc(cause: str, field) -> None:
+    payload = _crc_envelope()
+    generic = KnownMistake(
+        "prefill-chunk-crc",
+        "the chunk's crc32c is not the CRC-32C of its payload",
+        ("PREFILL-CHUNK-CRC",),
+        chunk_crc=(payload, field(payload)),
+    )
+    got = _diagnosed(generic)
+    assert (got.cause.id, got.blamed) == (cause, ("PREFILL-CHUNK-CRC",))
+    assert got.cause.title.startswith("the chunk's crc32c field computed as ")
+    # A field no model gives keeps the check's own, general cause.
+    unknown = replace(generic, chunk_crc=(payload, (oracle.crc32c(payload) + 1) & 0xFFFFFFFF))
+    assert _diagnosed(unknown).cause.id == "prefill-chunk-crc"
 
 
 def test_a_diagnosis_never_raises() -> None:

@@ -11,10 +11,10 @@ import numpy as np
 
 from .. import oracle
 from ._causes import Cause
+from ._crc_signatures import crc_trailer_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
 from ._orders import axis_order_layouts, field_source_causes, records_permuted_causes
-from ._signatures import crc_trailer_causes
 
 # The requirement each header field's bytes belong to.
 _HEADER_REQS = {
