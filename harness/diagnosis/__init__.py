@@ -37,8 +37,9 @@ from ..evidence import (
 from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
 from ._envelope import envelope_attribution
 from ._faults import fault_title
+from ._hash_signatures import hash_causes
 from ._probe import probe_reader
-from ._signatures import CRC_CAUSES, ONE_OF, hash_causes, reader_crc_cause
+from ._signatures import CRC_CAUSES, ONE_OF, reader_crc_cause
 from ._values import values_attribution
 
 __all__ = [
