@@ -178,8 +178,8 @@ def test_an_offset_basis_no_engine_would_type_is_not_named() -> None:
 
 def test_the_32_bit_prime() -> None:
     got = _hash_diagnosis(_fnv(struct.pack("<Q4I", PARENT, *TOKENS), prime=0x01000193))
-    assert _named(got) == ["hash-fnv-prime:0x1000193"]
-    assert "0x1000193 (the 32-bit FNV prime), not 0x100000001b3" in got.cause.title
+    assert _named(got) == ["hash-fnv-prime:0x01000193"]
+    assert "0x01000193 (the 32-bit FNV prime), not 0x100000001b3" in got.cause.title
     assert got.blamed == ("HASH-FNV",)
 
 

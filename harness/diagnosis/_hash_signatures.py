@@ -255,11 +255,11 @@ class Fnv:
                 )
             )
         if self.prime != oracle.FNV64_PRIME:
+            prime = f"{self.prime:#010x}"  # the 32-bit prime as it is written, 0x01000193
             found.append(
                 Mistake(
-                    f"hash-fnv-prime:{self.prime:#x}",
-                    f"the FNV prime is {self.prime:#x} ({PRIMES[self.prime]}), not "
-                    f"{oracle.FNV64_PRIME:#x}",
+                    f"hash-fnv-prime:{prime}",
+                    f"the FNV prime is {prime} ({PRIMES[self.prime]}), not {oracle.FNV64_PRIME:#x}",
                     "HASH-FNV",
                 )
             )
