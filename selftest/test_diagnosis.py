@@ -205,6 +205,11 @@ def test_the_32_bit_prime() -> None:
         ("hash-token-skipped:first", lambda t: struct.pack("<Q3I", PARENT, *t[1:])),
         ("hash-parent-absent", lambda t: struct.pack("<4I", *t)),
         ("hash-parent-width:4", lambda t: struct.pack("<I4I", PARENT % 2**32, *t)),
+        (
+            "hash-token-width:uint8-in-1",
+            lambda t: struct.pack("<Q4B", PARENT, *(x % 256 for x in t)),
+        ),
+        ("hash-token-order-reversed", lambda t: struct.pack("<Q4I", PARENT, *t[::-1])),
     ],
 )
 def test_token_and_parent_encodings(cause: str, pack) -> None:
@@ -221,6 +226,37 @@ def test_tokens_widened_below_2_to_31_are_one_of_the_extensions_until_the_run_te
     run = diagnose_run({"small": small, "large": large})
     assert run.attributions["small"].cause.id == "hash-token-width:uint32-in-8"
     assert [f.cause.id for f in run.findings] == ["hash-token-width:uint32-in-8"]
+
+
+def test_the_tokens_hashed_on_from_the_parent() -> None:
+    # fnv1a64(tokens, state=parent): the chain kept, the parent's bytes and the basis not
+    got = _hash_diagnosis(_fnv(struct.pack("<4I", *TOKENS), basis=PARENT))
+    assert _named(got) == ["hash-parent-as-state"]
+    assert got.blamed == ("HASH-CHAIN",)
+
+
+def test_a_mistyped_prime() -> None:
+    got = _hash_diagnosis(_fnv(struct.pack("<Q4I", PARENT, *TOKENS), prime=0x100000001C3))
+    assert _named(got) == ["hash-fnv-prime:0x100000001c3"]
+    assert got.cause.title == (
+        "the FNV prime is 0x100000001c3 (hex digit 10 (c for b) mistyped), not 0x100000001b3"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cause", "returned"),
+    [
+        ("hash-low-bit-set", lambda h: h | 1),
+        ("hash-result-byte-swapped", lambda h: int.from_bytes(h.to_bytes(8, "little"), "big")),
+        ("hash-result-32-bit", lambda h: h % 2**32),
+    ],
+)
+def test_a_hash_returned_otherwise_than_computed(cause: str, returned) -> None:
+    tokens = (1, 2, 3, 5)
+    right = _fnv(struct.pack("<Q4I", PARENT, *tokens))
+    assert right % 2 == 0  # so that setting the low bit changes it
+    got = _hash_diagnosis(returned(right), tokens=tokens)
+    assert _named(got) == [cause]
 
 
 def test_two_mistakes_at_once_are_named_together() -> None:

@@ -92,28 +92,63 @@ class TokenCode:
                     "HASH-INPUT",
                 )
             )
-        if self.width == 2:
+        if self.width < 4:
             found.append(
                 Mistake(
-                    "hash-token-width:uint16-in-2",
-                    "token ids hashed as 2-byte integers, not 4-byte",
+                    f"hash-token-width:uint{8 * self.width}-in-{self.width}",
+                    f"token ids hashed as {self.width}-byte integers, not 4-byte",
                     "HASH-INPUT",
                 )
             )
         return found
 
 
-TOKEN_CODES = tuple(
-    TokenCode(bits, width, signed)
-    for bits, width, signed in itertools.product((32, 16), (4, 8, 2), (False, True))
-    if 8 * width >= bits and not (signed and 8 * width == bits)
+TOKEN_CODES = (
+    *(
+        TokenCode(bits, width, signed)
+        for bits, width, signed in itertools.product((32, 16), (4, 8, 2), (False, True))
+        if 8 * width >= bits and not (signed and 8 * width == bits)
+    ),
+    TokenCode(8, 1),
 )
 
-# Which of the block's tokens are hashed: (first, drop at the end), the mistake's words.
-TOKEN_SPANS: tuple[tuple[int, int, str, str], ...] = (
-    (0, 0, "", ""),
-    (0, 1, "last", "the block's last token not hashed (the token loop stops one early)"),
-    (1, 0, "first", "the block's first token not hashed (the token loop starts at 1)"),
+
+@dataclass(frozen=True)
+class TokenSpan:
+    """Which of the block's tokens are hashed, in which order: those from `first` to the end
+    less `dropped`, `reversed` or not; `name` and `title` say the mistake ("" for the spec's)."""
+
+    first: int = 0
+    dropped: int = 0
+    reversed: bool = False
+    name: str = ""
+    title: str = ""
+
+    def of(self, tokens: Sequence[int]) -> Sequence[int]:
+        hashed = tokens[self.first : len(tokens) - self.dropped]
+        return hashed[::-1] if self.reversed else hashed
+
+    def mistakes(self) -> list[Mistake]:
+        return [Mistake(f"hash-token-{self.name}", self.title, "HASH-INPUT")] if self.name else []
+
+
+TOKEN_SPANS = (
+    TokenSpan(),
+    TokenSpan(
+        0,
+        1,
+        False,
+        "skipped:last",
+        "the block's last token not hashed (the token loop stops one early)",
+    ),
+    TokenSpan(
+        1,
+        0,
+        False,
+        "skipped:first",
+        "the block's first token not hashed (the token loop starts at 1)",
+    ),
+    TokenSpan(0, 0, True, "order-reversed", "the block's tokens hashed last to first"),
 )
 
 
@@ -121,7 +156,8 @@ TOKEN_SPANS: tuple[tuple[int, int, str, str], ...] = (
 class ParentCode:
     """How the parent hash is written: its value (`as-is`, `low32`, `zero` = not chained,
     `one-if-zero` = the zero rule applied to it), `width` bytes in either byte order, before or
-    after the tokens (`place`, or `absent`)."""
+    after the tokens (`place`; `absent`, or `state`: the FNV state the tokens are hashed on
+    from, in place of the offset basis)."""
 
     value: str = "as-is"
     width: int = 8
@@ -145,6 +181,15 @@ class ParentCode:
                 Mistake(
                     "hash-parent-absent",
                     "the parent hash not hashed at all (only the tokens)",
+                    "HASH-CHAIN",
+                )
+            ]
+        if self.place == "state":
+            return [
+                Mistake(
+                    "hash-parent-as-state",
+                    "the tokens hashed on from the parent as the FNV state (the parent not "
+                    "hashed, no offset basis)",
                     "HASH-CHAIN",
                 )
             ]
@@ -200,6 +245,7 @@ PARENT_CODES = (
         if not (value == "low32" and width == 4)  # the same bytes as the 4-byte parent
     ),
     ParentCode(place="absent"),
+    ParentCode(place="state"),
 )
 
 PRIMES = {
@@ -207,6 +253,48 @@ PRIMES = {
     0x01000193: "the 32-bit FNV prime",
     0x10000001B3: "a zero dropped",
     0x1000000001B3: "a zero added",
+}
+
+
+def _typo(value: int, right: int, most: int = 2) -> str | None:
+    """How `value` reads as `right` mistyped (which hex digits, counted from the left as it is
+    written), or None when it does not: up to `most` digits changed, two swapped, one dropped."""
+    written = f"{right:x}"
+    got = f"{value:0{len(written)}x}"
+    if len(got) == len(written):
+        differ = [i for i in range(len(got)) if written[i] != got[i]]
+        a, b = [*differ, 0, 0][:2]
+        if len(differ) == 2 and b == a + 1 and (written[a], written[b]) == (got[b], got[a]):
+            return f"hex digits {a + 1} and {b + 1} swapped"
+        if 1 <= len(differ) <= most:
+            places = " and ".join(f"{i + 1} ({got[i]} for {written[i]})" for i in differ)
+            return f"hex digit{'s' if len(differ) > 1 else ''} {places} mistyped"
+    for i in range(len(written)):
+        if value == int(written[:i] + written[i + 1 :], 16):
+            return f"hex digit {i + 1} ({written[i]}) dropped"
+    return None
+
+
+def _one_typo_from(right: int) -> set[int]:
+    """Every value `right` becomes with one hex digit changed, two neighbours swapped or one
+    dropped, as it is written."""
+    written = f"{right:x}"
+    texts = {written[:i] + written[i + 1 :] for i in range(len(written))}
+    texts |= {written[:i] + d + written[i + 1 :] for i in range(len(written)) for d in HEX}
+    texts |= {
+        written[:i] + written[i + 1] + written[i] + written[i + 2 :]
+        for i in range(len(written) - 1)
+    }
+    return {int(text, 16) for text in texts} - {right}
+
+
+HEX = "0123456789abcdef"
+# The prime mistyped otherwise: the odd ones (the FNV step can be run backwards with them),
+# each tried as the only mistake.
+PRIME_TYPOS = {
+    prime: _typo(prime, oracle.FNV64_PRIME, 1)
+    for prime in sorted(_one_typo_from(oracle.FNV64_PRIME))
+    if prime & 1 and prime not in PRIMES
 }
 
 
@@ -256,10 +344,11 @@ class Fnv:
             )
         if self.prime != oracle.FNV64_PRIME:
             prime = f"{self.prime:#010x}"  # the 32-bit prime as it is written, 0x01000193
+            how = PRIMES.get(self.prime) or PRIME_TYPOS[self.prime]
             found.append(
                 Mistake(
                     f"hash-fnv-prime:{prime}",
-                    f"the FNV prime is {prime} ({PRIMES[self.prime]}), not {oracle.FNV64_PRIME:#x}",
+                    f"the FNV prime is {prime} ({how}), not {oracle.FNV64_PRIME:#x}",
                     "HASH-FNV",
                 )
             )
@@ -283,26 +372,6 @@ FNV_VARIANTS = tuple(
 # -- the offset basis ----------------------------------------------------------------------------
 
 
-def _hex_digits(value: int) -> str:
-    return f"{value:016x}"
-
-
-def _basis_typo(basis: int) -> str | None:
-    """How `basis` reads as a mistyped offset basis (which digits), or None when it does not."""
-    right, got = _hex_digits(oracle.FNV64_OFFSET_BASIS), _hex_digits(basis)
-    differ = [i for i in range(16) if right[i] != got[i]]
-    if len(differ) == 2 and differ[1] == differ[0] + 1 and right[differ[0]] == got[differ[1]]:
-        return f"hex digits {differ[0] + 1} and {differ[1] + 1} swapped"
-    if 1 <= len(differ) <= 2:
-        places = " and ".join(f"{i + 1} ({got[i]} for {right[i]})" for i in differ)
-        return f"hex digit{'s' if len(differ) > 1 else ''} {places} mistyped"
-    short = right.lstrip("0")
-    for i in range(len(short)):
-        if basis == int(short[:i] + short[i + 1 :], 16):
-            return f"hex digit {i + 1} ({short[i]}) dropped"
-    return None
-
-
 def _basis_mistakes(basis: int, fnv: Fnv) -> tuple[Mistake, ...] | None:
     """The mistake a recovered offset basis shows: none when it is the spec's (for this
     state's width), None when no plausible engine starts from it."""
@@ -310,7 +379,7 @@ def _basis_mistakes(basis: int, fnv: Fnv) -> tuple[Mistake, ...] | None:
     if basis == right:
         return ()
     named = {0x811C9DC5: "the 32-bit FNV offset basis", 0: "0, no offset basis"}
-    how = named.get(basis) or (_basis_typo(basis) if fnv.bits == 64 else None)
+    how = named.get(basis) or (_typo(basis, right) if fnv.bits == 64 else None)
     if how is None:
         return None
     return (
@@ -346,6 +415,33 @@ def _zero_replacement(parent: int, tokens: Sequence[int], actual: int) -> Cause 
     return None
 
 
+# -- what is returned ---------------------------------------------------------------------------
+
+RESULT_32_BIT = Mistake(
+    "hash-result-32-bit", "the hash returned in 32 bits (its low half)", "HASH-FNV"
+)
+LOW_BIT_SET = Mistake(
+    "hash-low-bit-set",
+    "every hash returned with its low bit set (h | 1), not only a 0 replaced by 1",
+    "HASH-ZERO",
+)
+BYTE_SWAPPED = Mistake(
+    "hash-result-byte-swapped", "the hash returned with its bytes swapped", "HASH-FNV"
+)
+
+
+def _raw_hashes(actual: int) -> list[tuple[int, tuple[Mistake, ...]]]:
+    """The FNV results the implementation may have computed before returning `actual`, each
+    with the mistake of returning it that way (none: as the spec says)."""
+    raws: list[tuple[int, tuple[Mistake, ...]]] = [(actual, ())]
+    if actual == 1:  # the zero rule at work on a raw 0
+        raws.append((0, ()))
+    if actual & 1:
+        raws.append((actual ^ 1, (LOW_BIT_SET,)))
+    raws.append((int.from_bytes(actual.to_bytes(8, "little"), "big"), (BYTE_SWAPPED,)))
+    return raws
+
+
 # -- the search ----------------------------------------------------------------------------------
 
 
@@ -353,26 +449,28 @@ def _zero_replacement(parent: int, tokens: Sequence[int], actual: int) -> Cause 
 class _Variant:
     tokens: TokenCode
     big_endian: bool
-    span: tuple[int, int, str, str]
+    span: TokenSpan
     parent: ParentCode
     fnv: Fnv
     mistakes: tuple[Mistake, ...]
 
     def data(self, parent: int, tokens: Sequence[int]) -> bytes:
-        first, dropped = self.span[0], self.span[1]
-        hashed = tokens[first : len(tokens) - dropped]
-        encoded = [self.tokens.encode(t) for t in hashed]
+        encoded = [self.tokens.encode(t) for t in self.span.of(tokens)]
         if self.big_endian:
             encoded = [e[::-1] for e in encoded]
         body = b"".join(encoded)
-        if self.parent.place == "absent":
+        if self.parent.place in ("absent", "state"):
             return body
         head = self.parent.encode(parent)
         return head + body if self.parent.place == "before" else body + head
 
 
 def _variants() -> tuple[_Variant, ...]:
-    out = []
+    # A mistyped prime only alone: with a second mistake, too many computations to try.
+    out = [
+        _Variant(TokenCode(), False, TokenSpan(), ParentCode(), fnv, tuple(fnv.mistakes()))
+        for fnv in (Fnv(prime=prime) for prime in PRIME_TYPOS)
+    ]
     for code, big_endian, span, parent, fnv in itertools.product(
         TOKEN_CODES, (False, True), TOKEN_SPANS, PARENT_CODES, FNV_VARIANTS
     ):
@@ -381,9 +479,7 @@ def _variants() -> tuple[_Variant, ...]:
             mistakes.append(
                 Mistake("hash-token-big-endian", "token ids hashed big-endian", "HASH-INPUT")
             )
-        if span[2]:
-            mistakes.append(Mistake(f"hash-token-skipped:{span[2]}", span[3], "HASH-INPUT"))
-        mistakes += parent.mistakes() + fnv.mistakes()
+        mistakes += span.mistakes() + parent.mistakes() + fnv.mistakes()
         if len(mistakes) <= MAX_MISTAKES:
             out.append(_Variant(code, big_endian, span, parent, fnv, tuple(mistakes)))
     return tuple(out)
@@ -393,7 +489,6 @@ VARIANTS = _variants()
 
 
 def _cause(mistakes: Sequence[Mistake], actual: int) -> Cause:
-    # The legacy single-mistake titles, and their ids (the catalogue's `cause` lists).
     if len(mistakes) == 1:
         only = mistakes[0]
         return Cause(
@@ -415,18 +510,25 @@ def hash_causes(parent: int, tokens: Sequence[int], expected: int, actual: int) 
     zero = _zero_replacement(parent, tokens, actual)
     if zero is not None:
         return [zero]
-    # An implementation's hash of 1 may be its zero rule at work on a raw 0.
-    raws = (actual, 0) if actual == 1 else (actual,)
+    if actual == oracle.fnv1a64(oracle.hash_input(parent, tokens)) & U32:
+        return [_cause([RESULT_32_BIT], actual)]
+    raws = _raw_hashes(actual)
+    # A hash returned otherwise than computed is tried with the spec's computation alone.
+    computed_as_returned = [(raw, returned) for raw, returned in raws if not returned]
     fits: list[tuple[Mistake, ...]] = []
     for variant in VARIANTS:
         if actual > variant.fnv.mask:
             continue
         data = variant.data(parent, tokens)
-        for raw in raws:
-            basis = _basis_mistakes(variant.fnv.basis_for(data, raw), variant.fnv)
-            if basis is None:
+        for raw, returned in computed_as_returned if variant.mistakes else raws:
+            start = variant.fnv.basis_for(data, raw)
+            if variant.parent.place == "state":
+                basis = () if start == parent & variant.fnv.mask else None
+            else:
+                basis = _basis_mistakes(start, variant.fnv)
+            if basis is None or (basis and variant.fnv.prime in PRIME_TYPOS):
                 continue
-            mistakes = variant.mistakes + basis
+            mistakes = variant.mistakes + basis + returned
             if mistakes and len(mistakes) <= MAX_MISTAKES:
                 fits.append(mistakes)
     if not fits:
