@@ -2,9 +2,10 @@
 
 H(parent, toks) is FNV-1a-64 over le_u64(parent) ‖ le_u32(toks...), a computed 0 replaced by 1.
 An engine's mistake changes one parameter of that computation: how a token id or the parent is
-encoded (width, extension, byte order, place), which tokens are hashed, the FNV variant (prime,
-order of xor and multiply, width of the state), the offset basis, or the zero rule. The model
-computes each variant again, and keeps those that give exactly the implementation's hash.
+encoded (width, extension, byte order, place), which tokens are hashed and in which order, the
+FNV variant (prime, order of xor and multiply, width of the state), the offset basis, how the
+result is returned, or the zero rule. The model computes each variant again, and keeps those
+that give exactly the implementation's hash.
 
 The offset basis is not guessed but recovered: with an odd prime the FNV step is invertible
 (h = (h ^ b) * P has h ^ b = h * P^-1 mod 2^w), so running the variant backwards over its input
@@ -47,7 +48,8 @@ class Mistake:
 @dataclass(frozen=True)
 class TokenCode:
     """How a token id is written into the hashed bytes: its value kept to `value_bits` (an
-    int16_t or uint16_t on the way), then `width` bytes, sign- or zero-extended, in `order`."""
+    int16_t or uint16_t on the way), then `width` bytes, sign- or zero-extended, little-endian
+    (the byte order is a parameter of its own)."""
 
     value_bits: int = 32
     width: int = 4
