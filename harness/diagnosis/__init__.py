@@ -39,9 +39,10 @@ from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, 
 from ._crc_signatures import CRC_FAMILY, client_chunk_crc_cause
 from ._envelope import envelope_attribution
 from ._faults import fault_title
+from ._hash_signatures import hash_causes
 from ._orders import permutation_causes
 from ._probe import probe_chunk_crc, probe_reader
-from ._signatures import ONE_OF, hash_causes
+from ._signatures import ONE_OF
 from ._values import values_attribution
 
 __all__ = [
