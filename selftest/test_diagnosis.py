@@ -379,7 +379,9 @@ def test_v2_numeric_mistakes(cause: str) -> None:
             break
     got = _envelope_case(2, payload, blocks)
     assert got.cause is not None, got
-    assert got.cause.id == cause
+    # where another mistake gives the same codes (x * (1/s) under an f32 quotient that is an
+    # exact e4m3 tie rounds as ties toward zero does), "one of" them, this one among them
+    assert cause in got.cause.id.removeprefix("one-of:").split("+"), got.cause.id
     assert got.blamed == (("V2-SCALE",) if "scale" in cause else ("V2-E4M3",))
 
 

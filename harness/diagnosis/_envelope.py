@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import oracle
 from ._causes import Cause
+from ._codec_model import held_f16_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
 from ._signatures import crc_trailer_causes
@@ -139,6 +140,8 @@ def envelope_attribution(
         causes = _padding_causes(shape, reqs)
     if not causes and blocks:
         causes = _held_value_causes(shape, actual, blocks)
+    if not causes and blocks:
+        causes = held_f16_causes(shape.geometry, shape.version, actual, blocks)
     if not causes and blocks:
         if shape.version == 1:
             causes = _v1_value_causes(shape, expected, actual)
