@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import oracle
 from ._causes import Cause
-from ._signatures import one_of
+from ._signatures import ONE_OF, one_of
 
 F32 = np.float32
 MAX_DIVISOR = 65536  # a scale's divisor read off the evidence is tried up to this
@@ -180,9 +180,14 @@ def fitting_encoders(fmt: Minifloat, x: np.ndarray, got: np.ndarray) -> list[Enc
 
 
 def named(causes: Sequence[Cause]) -> list[Cause]:
-    """The causes to report for variants fitting the same evidence: one alone; several as
-    "one of" followed by each (so that a run whose other failures show one settles on it);
-    none when too many fit to say anything."""
+    """The causes to report for variants fitting the same evidence (each id once, "one of"
+    groups among them made again): one alone; several as "one of" followed by each (so that a
+    run whose other failures show one settles on it); none when too many fit to say anything."""
+    distinct: dict[str, Cause] = {}
+    for cause in causes:
+        if not cause.id.startswith(ONE_OF):
+            distinct.setdefault(cause.id, cause)
+    causes = list(distinct.values())
     if len(causes) > MAX_ALTERNATIVES:
         return []
     return [one_of(causes), *causes] if len(causes) > 1 else list(causes)
@@ -212,11 +217,21 @@ def f16_store_causes(values: np.ndarray, actual: np.ndarray, how: str) -> list[C
 
 
 def held_f16_causes(
-    geometry: oracle.Geometry, version: int, actual: bytes, blocks: Sequence[oracle.Block]
+    found: list[Cause],
+    geometry: oracle.Geometry,
+    version: int,
+    actual: bytes,
+    blocks: Sequence[oracle.Block],
 ) -> list[Cause]:
-    """An f16 store (a pool's, or a v1 export's converter) with one mistake: the blocks' values
-    so stored, encoded by the oracle, give exactly the envelope exported."""
-    causes = []
+    """`found` (the causes an export's own signatures gave), with an f16 store's one mistake (a
+    pool's, or a v1 export's converter) where the blocks' values so stored, encoded by the
+    oracle, give exactly the envelope exported: an e4m3 encoder's mistake and the store's may
+    both fit a v2 export, one of them."""
+    causes = list(found)
+    if version == 2 and not all(
+        _same_bits(oracle.round_to_f16(b.values), b.values) for b in blocks
+    ):
+        return causes  # an f32 pool's blocks: no f16 store wrote them, and v2 has no f16
     for encoder in single_mistakes():
         with np.errstate(all="ignore"):
             stored = [

@@ -141,12 +141,12 @@ def envelope_attribution(
     if not causes and blocks:
         causes = _held_value_causes(shape, actual, blocks)
     if not causes and blocks:
-        causes = held_f16_causes(shape.geometry, shape.version, actual, blocks)
-    if not causes and blocks:
         if shape.version == 1:
             causes = _v1_value_causes(shape, expected, actual)
         else:
             causes = _v2_numeric_causes(shape, expected, actual, blocks)
+    if blocks and (not causes or shape.version == 2):
+        causes = held_f16_causes(causes, shape.geometry, shape.version, actual, blocks)
     return causes, reqs, ""
 
 

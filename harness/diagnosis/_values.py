@@ -11,7 +11,6 @@ from ..evidence import ValuesEvidence
 from ._causes import Cause
 from ._codec_model import decode_causes, f16_store_causes, named
 from ._f16_signatures import f16_causes
-from ._signatures import ONE_OF
 
 F32 = np.float32
 
@@ -87,7 +86,7 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
             # subnormals and range still show): the encoder's one mistake
             given = expected if ev.written is None else np.asarray(ev.written, dtype=np.float32)
             stored = f16_store_causes(given[~past], actual[~past], "read back")
-            causes = named(_distinct([*stored, *causes]))
+            causes = named([*stored, *causes])
     if not causes:
         causes = _nan_lost_causes(expected[differ], actual[differ], version)
     return causes, reqs
@@ -242,16 +241,7 @@ def _v2_read_causes(
         # the decoder's (a value of an f16 subnormal halved by either looks the same)
         exact = (as_f32 * scales).astype(F32)
         causes += f16_store_causes(exact[filled], actual[filled], "read back")
-    return named(_distinct(causes))
-
-
-def _distinct(causes: list[Cause]) -> list[Cause]:
-    """Each cause once (the first of an id), "one of" groups left out: `named` makes them again."""
-    seen: dict[str, Cause] = {}
-    for cause in causes:
-        if not cause.id.startswith(ONE_OF):
-            seen.setdefault(cause.id, cause)
-    return list(seen.values())
+    return named(causes)
 
 
 def _layout_read_causes(expected: np.ndarray, actual: np.ndarray, version: int) -> list[Cause]:
