@@ -161,12 +161,15 @@ class Encoder:
         )
 
 
-def single_mistakes() -> list[Encoder]:
-    """Every encoder one parameter away from the right one."""
+def single_mistakes(fmt: Minifloat) -> list[Encoder]:
+    """Every encoder one parameter away from the right one. An exponent bias off by one is an
+    e4m3 encoder's only: written by hand, where f16 comes from a library or the hardware (and
+    values at twice or half their value in an f16 export are a decoder's as well)."""
     found = [Encoder(rounding=r) for r in ROUNDINGS if r != NEAREST_EVEN]
     found += [Encoder(subnormals=s) for s in SUBNORMALS if s != RIGHT]
-    found += [Encoder(bias_offset=-1), Encoder(bias_offset=1), Encoder(overflow="saturated")]
-    return found
+    if fmt is E4M3:
+        found += [Encoder(bias_offset=-1), Encoder(bias_offset=1)]
+    return [*found, Encoder(overflow="saturated")]
 
 
 def fitting_encoders(fmt: Minifloat, x: np.ndarray, got: np.ndarray) -> list[Encoder]:
@@ -176,7 +179,7 @@ def fitting_encoders(fmt: Minifloat, x: np.ndarray, got: np.ndarray) -> list[Enc
     with np.errstate(all="ignore"):
         if (fmt.right_codes(x) == got).all():
             return []
-        return [enc for enc in single_mistakes() if (enc.encode(fmt, x) == got).all()]
+        return [enc for enc in single_mistakes(fmt) if (enc.encode(fmt, x) == got).all()]
 
 
 def named(causes: Sequence[Cause]) -> list[Cause]:
@@ -232,7 +235,7 @@ def held_f16_causes(
         _same_bits(oracle.round_to_f16(b.values), b.values) for b in blocks
     ):
         return causes  # an f32 pool's blocks: no f16 store wrote them, and v2 has no f16
-    for encoder in single_mistakes():
+    for encoder in single_mistakes(F16):
         with np.errstate(all="ignore"):
             stored = [
                 oracle.f16_bits_to_f32(encoder.encode(F16, b.values).astype(np.uint16)).reshape(
