@@ -836,3 +836,30 @@ def test_an_import_reading_the_reused_value_is_no_write_keeping_its_array() -> N
     assert got.cause is None or got.cause.id != "write-keeps-reference"
     got = _diagnosed(ValuesEvidence(expected, actual, 4, "f32", written=expected))
     assert got.cause.id == "write-keeps-reference"
+
+
+def test_e4m3_codes_one_step_off_with_no_rule() -> None:
+    """9.75 (due 10, 0x52) written 0x51, one step toward zero, while 10.75 (due 11, 0x53) is
+    written right: truncation would write 10 for it, and 9.75 is no tie; no rounding rule gives
+    these codes, so what was seen is said."""
+    values = np.zeros(GEOMETRY.values_shape, dtype=F32)
+    values[0, 0, 0, 0, :4] = 448, 8.25, 9.75, 10.75
+    assert list(oracle.encode_payload(GEOMETRY, 2, 4, values)[1:4]) == [0x50, 0x52, 0x53]
+    got = _v2_envelope_with(values, {(0, 0, 0, 0, 2): 0x51})
+    assert (got.cause.id, got.blamed) == ("v2-codes-one-step", ("V2-E4M3",))
+    assert got.cause.title.startswith("e4m3 codes one step toward zero")
+
+
+def test_v2_scale_one_ulp_off() -> None:
+    """A slab of amax 1344: scale 3.0 due (exactly), 2.9999998 written (one unit in the last
+    place below), the codes right for it; amax * (1/448) is not it (3.0000002)."""
+    values = oracle.round_to_f16(_values())
+    values[0, 0, 0, 0, 0] = 1344
+    amax = np.abs(values[..., :4, :]).max(axis=(-2, -1))
+    scales = (amax / F32(448)).astype(F32)
+    assert scales[0, 0, 0] == 3.0
+    assert F32(1344) * F32(F32(1) / F32(448)) == np.nextafter(F32(3), F32(4))
+    scales[0, 0, 0] = np.nextafter(F32(3), F32(2))
+    got = _written_with_scales(values, scales)
+    assert (got.cause.id, got.blamed) == ("v2-scale-one-ulp", ("V2-SCALE",))
+    assert got.cause.title.startswith("scales one f32 unit in the last place below")

@@ -7,7 +7,14 @@ import numpy as np
 
 from .. import oracle
 from ._causes import Cause
-from ._codec_model import E4M3, fitting_encoders, named, scale_model_causes
+from ._codec_model import (
+    E4M3,
+    e4m3_one_step_causes,
+    fitting_encoders,
+    named,
+    scale_model_causes,
+    scale_one_ulp_causes,
+)
 
 F32 = np.float32
 E4M3_MAX = oracle.E4M3_MAX
@@ -93,6 +100,10 @@ def scale_causes(
     fitted = scale_model_causes(x, got, got_codes)
     if fitted:
         return fitted
+    if (_codes_for(x, got) == got_codes).all():
+        fitted = scale_one_ulp_causes(want, got)
+        if fitted:
+            return fitted
     with np.errstate(all="ignore"):
         larger = (s > w).all() and np.isfinite(s).all()
     if larger and (_codes_for(x, got) == got_codes).all():
@@ -160,6 +171,9 @@ def code_causes(
     ]
     if matching:
         return named(matching)
+    one_step = e4m3_one_step_causes(want, got)
+    if one_step:
+        return one_step
     nan_got = (got & 0x7F) == 0x7F
     if (nan_got[differ]).all() and ((want[differ] & 0x7F) == 0x7E).all():
         tiny = scales < np.finfo(F32).tiny
