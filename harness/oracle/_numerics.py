@@ -12,7 +12,9 @@ E4M3_MAX_CODE = 0x7E
 
 def f32_to_f16_bits(values: np.ndarray) -> np.ndarray:
     """Round f32 values to binary16 (nearest even) and return the u16 bit patterns."""
-    return np.asarray(values, dtype=np.float32).astype(np.float16).view(np.uint16)
+    # Values past the f16 range become infinities, as the format wants: not worth a warning.
+    with np.errstate(over="ignore"):
+        return np.asarray(values, dtype=np.float32).astype(np.float16).view(np.uint16)
 
 
 def f16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
