@@ -232,6 +232,8 @@ def compare_envelopes(
     level: str = "strict",
     nan: str = "any",
     blocks: Sequence[oracle.Block] | Callable[[], Sequence[oracle.Block]] = (),
+    block_ids: Sequence[int] = (),
+    pool_dtype: str = "",
 ) -> None:
     """Byte-exact, or for v2 at the tolerant level: header, hashes, fills, scales exact, the
     CRC valid for the bytes written, and each e4m3 element the expected code or one step from
@@ -239,10 +241,17 @@ def compare_envelopes(
     An f16 NaN element (v1) or an e4m3 NaN code (v2) may differ as `nan` allows
     (tlkv_conformance.diff.NAN_POLICIES; the CRC then follows the bytes written). `blocks`: what the
     writer held (in the pool's precision, past each fill included), or a function giving
-    them (called only on a failure), for the diagnosis."""
+    them (called only on a failure), `block_ids` the ids exported and `pool_dtype` the pool's,
+    for the diagnosis."""
     if expected == actual or _only_nans_differ(expected, actual, nan):
         return
-    evidence = EnvelopeEvidence(expected, actual, tuple(blocks() if callable(blocks) else blocks))
+    evidence = EnvelopeEvidence(
+        expected,
+        actual,
+        tuple(blocks() if callable(blocks) else blocks),
+        tuple(block_ids),
+        pool_dtype,
+    )
     if level == "tolerant" and len(expected) == len(actual):
         problem = _tolerant_problem(expected, actual, nan)
         if problem is None:

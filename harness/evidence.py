@@ -29,11 +29,14 @@ class HashEvidence:
 @dataclass(frozen=True, eq=False)
 class EnvelopeEvidence:
     """An export differs from the oracle's envelope. `blocks`: what the writer was given, in
-    the pool's precision, values past each fill included (absent where unknown)."""
+    the pool's precision, values past each fill included (absent where unknown); `block_ids`:
+    the ids exported, in the order asked, and `pool_dtype`: the exporting pool's (where known)."""
 
     expected: bytes
     actual: bytes
     blocks: tuple[oracle.Block, ...] = ()
+    block_ids: tuple[int, ...] = ()
+    pool_dtype: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +125,22 @@ class KnownMistake:
     reqs: tuple[str, ...]
     detail: str = ""
     yields_to: frozenset[str] = frozenset()
+    # A chunk's payload and the crc32c field a prefill client gave it, where the field is
+    # wrong: the diagnosis recomputes how it was computed.
+    chunk_crc: tuple[bytes, int] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class OrderEvidence:
+    """A result holding exactly the items due, in another order: `order[i]` is the position,
+    in the order due, of the item found at position i. `subject`: what was ordered ("import":
+    the block ids an import returned); `keys`: what each item is known by, in the order due
+    (("block id", ids), ("hash", hashes)), to name a sorted order."""
+
+    subject: str
+    order: tuple[int, ...]
+    reqs: tuple[str, ...]
+    keys: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,4 +178,5 @@ Evidence = (
     | StaleHashEvidence
     | KnownMistake
     | FaultEvidence
+    | OrderEvidence
 )

@@ -28,6 +28,7 @@ from ..evidence import (
     FaultEvidence,
     HashEvidence,
     KnownMistake,
+    OrderEvidence,
     PoolChangeEvidence,
     RefusalEvidence,
     SizeEvidence,
@@ -35,10 +36,13 @@ from ..evidence import (
     ValuesEvidence,
 )
 from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
+from ._crc_signatures import CRC_FAMILY, client_chunk_crc_cause
 from ._envelope import envelope_attribution
 from ._faults import fault_title
-from ._probe import probe_reader
-from ._signatures import CRC_CAUSES, ONE_OF, hash_causes, reader_crc_cause
+from ._hash_signatures import hash_causes
+from ._orders import permutation_causes
+from ._probe import probe_chunk_crc, probe_reader
+from ._signatures import ONE_OF
 from ._values import values_attribution
 
 __all__ = [
@@ -89,7 +93,13 @@ def _analyse(
         causes = hash_causes(evidence.parent, evidence.tokens, evidence.expected, evidence.actual)
         return causes, {"HASH-INPUT", "HASH-CHAIN", "HASH-FNV", "HASH-ZERO"}, ""
     if isinstance(evidence, EnvelopeEvidence):
-        return envelope_attribution(evidence.expected, evidence.actual, evidence.blocks)
+        return envelope_attribution(
+            evidence.expected,
+            evidence.actual,
+            evidence.blocks,
+            evidence.block_ids,
+            evidence.pool_dtype,
+        )
     if isinstance(evidence, SizeEvidence):
         causes = []
         if evidence.expected - evidence.actual == 4:
@@ -107,7 +117,11 @@ def _analyse(
         causes, fields = values_attribution(evidence)
         return causes, fields, ""
     if isinstance(evidence, RefusalEvidence):
-        probed = probe_reader(implementation, evidence) if implementation is not None else None
+        probed = None
+        if implementation is not None:  # a server's chunk check first: it refuses any envelope
+            probed = probe_chunk_crc(implementation, evidence) or probe_reader(
+                implementation, evidence
+            )
         return _refusal(evidence, probed)
     if isinstance(evidence, PoolChangeEvidence):
         cause = Cause(
@@ -157,7 +171,19 @@ def _analyse(
             evidence.detail,
             yields_to=evidence.yields_to,
         )
+        if evidence.chunk_crc is not None:  # how the client computed the field, when known
+            cause = client_chunk_crc_cause(*evidence.chunk_crc, evidence.reqs) or cause
         return [cause], set(evidence.reqs), ""
+    if isinstance(evidence, OrderEvidence):
+        found = ", ".join(str(i) for i in evidence.order)
+        causes = permutation_causes(
+            evidence.subject,
+            evidence.order,
+            evidence.reqs,
+            dict(evidence.keys),
+            f"the items due at {found}, in that order",
+        )
+        return causes, set(evidence.reqs), ""
     if isinstance(evidence, StaleHashEvidence):
         cause = Cause(
             "release-keeps-hash",
@@ -169,19 +195,17 @@ def _analyse(
     return [], set(), ""
 
 
-def _refusal(
-    ev: RefusalEvidence, probed: tuple[str, str] | None
-) -> tuple[list[Cause], set[str], str]:
-    """`probed`: (cause id, title) of a CRC mistake with which the reader reads the refused
-    envelope as it should have (`probe_reader`)."""
+def _refusal(ev: RefusalEvidence, probed: Cause | None) -> tuple[list[Cause], set[str], str]:
+    """`probed`: the CRC mistake a probe found, with which the reader reads the refused
+    envelope as it should have (`probe_reader`), or a server accepts a chunk
+    (`probe_chunk_crc`)."""
     expected = " or ".join(sorted(ev.expected)) or "success"
     # In the order a reader applies them (the spec's), so that the first is the check that
     # should have stopped the input.
     order = list(oracle.READER_RULES)
     rules = tuple(sorted(ev.rules, key=lambda r: (order.index(r) if r in order else len(order), r)))
     if probed is not None:
-        cause = reader_crc_cause(*probed, ev.actual or "")
-        return [cause], set(cause.reqs), ""
+        return [probed], set(probed.reqs), ""
     if not ev.rules:  # a valid input
         symptom = VALID_REFUSED.format(code=ev.actual) if ev.actual else ""
         if ev.actual == "fault":
@@ -235,9 +259,10 @@ def _refusal(
             yields_to=frozenset(f"rule-not-enforced:{rule}" for rule in rules),
         )
         return [cause], {"READ-RULES-FIRST"}, ""
-    # A reader whose CRC is wrong refuses every envelope for it, whatever a case is about; one
-    # that misreads the geometry refuses every envelope with ESHAPE.
-    yields = CRC_CAUSES if ev.actual in ("EFORMAT", "DATA_LOSS") else frozenset()
+    # A reader whose CRC is wrong refuses every envelope for it, whatever a case is about (any
+    # CRC mistake the run shows); one that misreads the geometry refuses every envelope with
+    # ESHAPE.
+    yields = frozenset({CRC_FAMILY}) if ev.actual in ("EFORMAT", "DATA_LOSS") else frozenset()
     if ev.actual == "ESHAPE":
         yields = frozenset({"geometry-compared-wrongly"})
     causes = [
@@ -304,13 +329,13 @@ def _findings(failures: Iterable[tuple[str, Attribution]]) -> list[Finding]:
     found: dict[str, Finding] = {}
     for test, attribution in failures:
         cause = attribution.cause
-        if cause is not None and not cause.yields_to & present:
+        if cause is not None and not any(cause.yields_to_cause(p) for p in present):
             finding = found.setdefault(cause.id, Finding(cause))
             if not cause.reqs:  # an operation's fault: titled with the run's latest knowledge
                 finding.cause = replace(finding.cause, title=cause.title)
             finding.shown_by.append(test)
     for test, attribution in failures:
-        if attribution.cause is None or attribution.cause.yields_to & present:
+        if attribution.cause is None or any(attribution.cause.yields_to_cause(p) for p in present):
             explaining = _explaining(attribution, list(found.values()))
             if explaining is not None:
                 explaining.explains.append(test)
@@ -322,7 +347,7 @@ def _explaining(attribution: Attribution, run: Sequence[Finding]) -> Finding | N
     cause, one that explains its symptom (the most shown, when several do)."""
     cause = attribution.cause
     if cause is not None:
-        candidates = [f for f in run if f.cause.id in cause.yields_to]
+        candidates = [f for f in run if cause.yields_to_cause(f.cause.id)]
     elif attribution.symptom:
         candidates = [f for f in run if attribution.symptom in f.cause.explains]
     else:

@@ -23,6 +23,14 @@ class Cause:
     # answered before a rule the reader does not check at all)
     yields_to: frozenset[str] = frozenset()
 
+    def yields_to_cause(self, cause_id: str) -> bool:
+        """Whether `cause_id` accounts for this failure better: one of `yields_to`, or of a
+        family there given by its ids' prefix and "*" ("crc-*": every CRC mistake)."""
+        return any(
+            cause_id == y or (y.endswith("*") and cause_id.startswith(y[:-1]))
+            for y in self.yields_to
+        )
+
     def cited(self) -> str:
         """The requirements it breaks, as shown after its title (none: an operation that fails
         whatever the input)."""

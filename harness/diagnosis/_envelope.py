@@ -11,9 +11,10 @@ import numpy as np
 
 from .. import oracle
 from ._causes import Cause
+from ._crc_signatures import crc_trailer_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
-from ._signatures import crc_trailer_causes
+from ._orders import axis_order_layouts, field_source_causes, records_permuted_causes
 
 # The requirement each header field's bytes belong to.
 _HEADER_REQS = {
@@ -114,10 +115,15 @@ def _differing(expected: bytes, actual: bytes) -> np.ndarray:
 
 
 def envelope_attribution(
-    expected: bytes, actual: bytes, blocks: Sequence[oracle.Block]
+    expected: bytes,
+    actual: bytes,
+    blocks: Sequence[oracle.Block],
+    block_ids: Sequence[int] = (),
+    pool_dtype: str = "",
 ) -> tuple[list[Cause], set[str], str]:
     """(causes, the requirements of the fields that differ, symptom) for an export `actual`
-    where the oracle wrote `expected` from `blocks` (when known)."""
+    where the oracle wrote `expected` from `blocks` (when known), the blocks `block_ids` of a
+    pool of `pool_dtype` (when known)."""
     if len(expected) != len(actual):
         return _length_causes(expected, actual), {"ENV-SIZE"}, ""
     try:
@@ -135,6 +141,11 @@ def envelope_attribution(
     causes = _integer_causes(shape, expected, actual, differing)
     causes += _record_order_causes(shape, expected, actual)
     causes += _payload_layout_causes(shape, expected, actual)
+    if not causes:
+        offsets = [r.offset for r in shape.records]
+        causes = records_permuted_causes(
+            expected, actual, offsets, shape.record_size, block_ids
+        ) or field_source_causes(expected, actual, offsets, _HEADER_REQS, pool_dtype)
     if not causes:
         causes = _padding_causes(shape, reqs)
     if not causes and blocks:
@@ -264,16 +275,6 @@ def _record_order_causes(shape: _Shape, expected: bytes, actual: bytes) -> list[
     return []
 
 
-_AXES = {
-    (0, 1, 2): "[L][2][Hkv] (right)",
-    (1, 0, 2): "[2][L][Hkv]",
-    (0, 2, 1): "[L][Hkv][2]",
-    (2, 1, 0): "[Hkv][2][L]",
-    (1, 2, 0): "[2][Hkv][L]",
-    (2, 0, 1): "[Hkv][L][2]",
-}
-
-
 def _payload_layouts(shape: _Shape, payload: bytes) -> dict[str, tuple[str, bytes]]:
     """The payload as known layout mistakes would write the same values."""
     g = shape.geometry
@@ -288,20 +289,11 @@ def _payload_layouts(shape: _Shape, payload: bytes) -> dict[str, tuple[str, byte
     )
     out: dict[str, tuple[str, bytes]] = {}
 
-    def arranged(order: tuple[int, int, int], swap_kv: bool) -> bytes:
-        c = codes[:, ::-1] if swap_kv else codes
-        s = None if slab_scales is None else (slab_scales[:, ::-1] if swap_kv else slab_scales)
-        body = np.ascontiguousarray(c.transpose(*order, 3)).tobytes()
-        tail = b"" if s is None else np.ascontiguousarray(s.transpose(*order, 3)).tobytes()
-        return body + tail
-
-    out["k-v-swapped"] = ("K and V in each other's place", arranged((0, 1, 2), True))
-    for order, name in _AXES.items():
-        if order != (0, 1, 2):
-            out[f"axes-order:{name}"] = (
-                f"the payload's leading axes in the order {name} instead of [L][2][Hkv]",
-                arranged(order, False),
-            )
+    swapped = np.ascontiguousarray(codes[:, ::-1]).tobytes()
+    if slab_scales is not None:
+        swapped += np.ascontiguousarray(slab_scales[:, ::-1]).tobytes()
+    out["k-v-swapped"] = ("K and V in each other's place", swapped)
+    out.update(axis_order_layouts(g, shape.version, payload))
     if shape.version == 1:
         out["f16-big-endian"] = (
             "f16 elements written big-endian",

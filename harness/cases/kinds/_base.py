@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import yaml
 
 from ... import oracle
-from ...adapters import PoolHandle
+from ...adapters import PoolHandle, ReadBack
 from ...checks import (
     CaseFailure,
     ValueSource,
@@ -19,7 +19,7 @@ from ...checks import (
     expect_free,
 )
 from ...errors import Refused
-from ...evidence import NOT_HELD, KnownMistake, ReaderPool, RefusalEvidence
+from ...evidence import NOT_HELD, KnownMistake, OrderEvidence, ReaderPool, RefusalEvidence
 from ...exprs import BuildTarget, resolve_geometry
 from ...testee import Testee
 from .._sources import (
@@ -290,11 +290,14 @@ def check_imported(
             f"import returned ids {ids}, which repeat or reuse held blocks {preload_ids}", order
         )
     expect_free(pool, free_before, -len(ids), f"importing {len(ids)} blocks")
-    for record, block in zip(envelope.records, ids, strict=True):
+    held = [pool.read(block) for block in ids]
+    if permuted := import_order_evidence(envelope.records, held):
+        raise CaseFailure(import_order_message(ids, permuted), permuted)
+    for record, block, got in zip(envelope.records, ids, held, strict=True):
         expected = oracle.Block(record.block_hash, record.n_tokens, record.decoded.values)
         compare_readback(
             expected,
-            pool.read(block),
+            got,
             pool.dtype,
             f"imported block {record.index} (id {block})",
             block=f"block {record.index}",
@@ -320,6 +323,29 @@ def check_imported(
                 raise CaseFailure(
                     f"find({record.block_hash:#x}) gave block {found} of another hash"
                 )
+
+
+def import_order_evidence(
+    records: Sequence[oracle.Record], held: Sequence[ReadBack]
+) -> OrderEvidence | None:
+    """Where the blocks an import's ids name (read back as `held`) hold exactly the
+    envelope's records in another order, each told by its hash and fill (all different): that
+    order, as evidence. None otherwise (the values' own checks then say what differs)."""
+    due = [(r.block_hash, r.n_tokens) for r in records]
+    found = [(b.block_hash, b.n_tokens) for b in held]
+    if len(set(due)) != len(due) or sorted(found) != sorted(due) or found == due:
+        return None
+    order = tuple(due.index(key) for key in found)
+    # Not the ids as a key: a pool allocates them in the records' order, so the ids sorted
+    # would only restate "reversed".
+    return OrderEvidence("import", order, ("IMPORT-ORDER",), (("hash", tuple(h for h, _ in due)),))
+
+
+def import_order_message(ids: Sequence[int], permuted: OrderEvidence) -> str:
+    records = ", ".join(str(i) for i in permuted.order)
+    return (
+        f"import returned ids {list(ids)}, holding the envelope's records {records} in that order"
+    )
 
 
 # -- rejection --------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ case.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from ... import oracle
@@ -313,12 +314,15 @@ class RecordCheck:
                 f"chunk {chunk.index} has crc32c {chunk.crc32c:#010x}; the CRC-32C of its "
                 f"{len(chunk.payload)}-byte payload is {due:#010x}"
                 + (" (the field holds the envelope's own CRC trailer)" if envelope_crc else ""),
-                mistake(
-                    "prefill-envelope-crc-in-chunk" if envelope_crc else "prefill-chunk-crc",
-                    "the chunk's crc32c is the envelope's trailer, not the payload's CRC"
-                    if envelope_crc
-                    else "the chunk's crc32c is not the CRC-32C of its payload",
-                    CHUNK_CRC,
+                replace(
+                    mistake(
+                        "prefill-envelope-crc-in-chunk" if envelope_crc else "prefill-chunk-crc",
+                        "the chunk's crc32c is the envelope's trailer, not the payload's CRC"
+                        if envelope_crc
+                        else "the chunk's crc32c is not the CRC-32C of its payload",
+                        CHUNK_CRC,
+                    ),
+                    chunk_crc=(chunk.payload, chunk.crc32c),
                 ),
             )
 

@@ -122,7 +122,13 @@ class ExportCase(Case):
                 return
             dtype = pool.dtype
             compare_envelopes(
-                expected, data, level, self.nan, lambda: [_as_held(p, dtype) for p in self.blocks]
+                expected,
+                data,
+                level,
+                self.nan,
+                lambda: [_as_held(p, dtype) for p in self.blocks],
+                ids,
+                dtype,
             )
 
 

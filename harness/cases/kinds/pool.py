@@ -22,6 +22,7 @@ from ...evidence import (
     CountEvidence,
     Evidence,
     KnownMistake,
+    OrderEvidence,
     RefusalEvidence,
     SizeEvidence,
     StaleHashEvidence,
@@ -36,6 +37,8 @@ from ._base import (
     V1_ONLY,
     Case,
     FileContext,
+    import_order_evidence,
+    import_order_message,
     needs,
     needs_write,
 )
@@ -184,6 +187,8 @@ class _PoolScript:
         # diagnosis
         self.references: dict[tuple[str, str], tuple[int, int]] = {}
         self.imported: set[str] = set()  # labels of blocks that came from an import
+        # (pool, ids, records) of the last import, for the diagnosis
+        self.last_import: tuple[str, list[int], list[oracle.Record]] | None = None
 
     @property
     def pool(self) -> PoolHandle:
@@ -362,11 +367,27 @@ class _PoolScript:
                 ),
             ) from None
         if found != self.block(expect):
-            raise CaseFailure(
+            message = (
                 f"find({block_hash:#x}) = block {found}, expected {expect} "
-                f"(block {self.block(expect)})",
-                self._shared_registry(block_hash, f"answered block {found}"),
+                f"(block {self.block(expect)})"
             )
+            permuted = self._import_order() if expect in self.imported else None
+            if permuted is not None:
+                message += f": {import_order_message(self.last_import[1], permuted)}"
+            raise CaseFailure(
+                message, self._shared_registry(block_hash, f"answered block {found}") or permuted
+            )
+
+    def _import_order(self) -> OrderEvidence | None:
+        """The last import's ids read back, where they hold its records in another order."""
+        if self.last_import is None or self.last_import[0] != self.in_use:
+            return None
+        _, ids, records = self.last_import
+        try:
+            held = [self.pool.read(block) for block in ids]
+        except Refused:  # a block since released: the order can no longer be read
+            return None
+        return import_order_evidence(records, held)
 
     def _free(self, expected: int) -> None:
         got = self.pool.free_blocks()
@@ -438,7 +459,7 @@ class _PoolScript:
                     f"refused with {refusal.code}; every block of the list is allocated",
                 ),
             ) from None
-        compare_envelopes(expected, exported, level, self.nan, blocks=held)
+        compare_envelopes(expected, exported, level, self.nan, held, ids, dtype)
 
     def _export_bytes(self, arg: Mapping[str, Any]) -> None:
         got = self.pool.export_bytes(arg["n_blocks"], arg["version"])
@@ -463,6 +484,7 @@ class _PoolScript:
             return
         ids = action()
         envelope = oracle.decode(arg["data"], oracle.ReaderProfile(self.pool.geometry))
+        self.last_import = (self.in_use, ids, envelope.records)
         for record in envelope.records:
             self._registered(record.block_hash)
         for label, block, record in zip(arg.get("as", []), ids, envelope.records, strict=False):

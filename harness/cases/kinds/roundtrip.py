@@ -92,12 +92,15 @@ class RoundtripCase(Case):
                     nan=self.nan,
                 )
             data = source.export(ids, self.version)
+            dtype = source.dtype
         compare_envelopes(
             self.expected,
             data,
             v2_level_for(self.v2_level, testee) if self.version == 2 else "strict",
             self.nan,
             lambda: [p.as_oracle_block() for p in self.blocks],
+            ids,
+            dtype,
         )
         envelope = oracle.decode(data)
         with testee.adapter.open_pool(self.geometry, n) as target:

@@ -1,0 +1,433 @@
+"""Signatures of mistakes in the CRC-32C trailer (ENV-CRC, READ-CRC): one parametrised CRC, the
+Rocksoft model, recomputed here with every plausible parameter and kept where it gives exactly
+the implementation's trailer. The parameters: the register's shift and the polynomial constant
+(Castagnoli, IEEE or Koopman, in reflected or normal form), the initial register (0xFFFFFFFF or
+0), the final XOR (0xFFFFFFFF or 0), the result's bits reversed or not, the trailer's byte order,
+and the bytes covered (the whole body, the header, the records, all but the magic, one byte
+short, the body with a zeroed trailer). The spec's CRC is one point of that space (`RIGHT`)."""
+
+from __future__ import annotations
+
+import functools
+import struct
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from itertools import product
+
+from .. import oracle
+from ..adapters import Adapter
+from ._causes import CRC_ONLY, FORMAT_ERRORS, Cause
+from ._signatures import one_of
+
+MASK = 0xFFFFFFFF
+CASTAGNOLI = 0x82F63B78  # reflected form; its normal form is 0x1EDC6F41
+
+# What a CRC cause also explains elsewhere in the run: every refusal a broken reader CRC gives,
+# and an export whose only difference is a trailer too large to be recomputed (see
+# MAX_RECOMPUTED).
+_CRC_EXPLAINS = FORMAT_ERRORS | {CRC_ONLY}
+# Every CRC cause id starts so; a cause that a CRC mistake in the run accounts for (a rule
+# refused with the CRC's status) yields to the family (Cause.yields_to).
+CRC_FAMILY = "crc-*"
+
+# Larger bodies are not recomputed (some sixty passes of a Python loop each): a writer's
+# mistake shows on the run's smaller exports too.
+MAX_RECOMPUTED = 1 << 16
+
+_POLYNOMIALS = {
+    0x82F63B78: "Castagnoli",
+    0x1EDC6F41: "Castagnoli",
+    0xEDB88320: "IEEE",
+    0x04C11DB7: "IEEE",
+    0xEB31D82E: "Koopman",
+    0x741B8CD7: "Koopman",
+}
+_REFLECTED_FORMS = frozenset({0x82F63B78, 0xEDB88320, 0xEB31D82E})
+# (shift, polynomial constant): a reflected CRC shifts right, an unreflected one left.
+_ENGINES = (
+    ("right", CASTAGNOLI),
+    ("right", 0xEDB88320),
+    ("right", 0x1EDC6F41),
+    ("right", 0x04C11DB7),
+    ("right", 0xEB31D82E),
+    ("right", 0x741B8CD7),
+    ("left", 0x1EDC6F41),
+    ("left", 0x04C11DB7),
+    ("left", 0x741B8CD7),
+    ("left", CASTAGNOLI),
+)
+# The bytes covered, as the writer takes them from the body (everything before the trailer),
+# each with its cause id and title.
+_COVERAGES = {
+    "body": ("", ""),
+    "header": ("crc-header-only", "the CRC over the header only"),
+    "records": ("crc-records-only", "the CRC over the block records only, not the header"),
+    "after-magic": ("crc-skips-magic", "the CRC over the body after the magic, not from byte 0"),
+    "one-short": ("crc-misses-last-byte", "the CRC stops one byte short of the trailer"),
+    "zeroed-trailer": (
+        "crc-includes-trailer",
+        "the CRC computed over the envelope with its zeroed trailer",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class CrcModel:
+    """One point of the parametrised CRC: how a trailer is computed from an envelope's body."""
+
+    shift: str = "right"
+    polynomial: int = CASTAGNOLI
+    init: int = MASK
+    xorout: int = MASK
+    reversed_result: bool = False
+    byte_order: str = "little"
+    coverage: str = "body"
+
+    def deviations(self) -> list[tuple[str, str]]:
+        """(cause id, title) of each parameter that differs from the spec's CRC, in the
+        order a reader of the title looks for them: the algorithm, then the register, the
+        bytes covered, the trailer."""
+        out = []
+        if (self.shift, self.polynomial) == ("right", 0xEDB88320):
+            out.append(
+                (
+                    "crc-ieee-polynomial",
+                    "the IEEE CRC-32 polynomial (zlib.crc32) instead of Castagnoli",
+                )
+            )
+        elif (self.shift, self.polynomial) != ("right", CASTAGNOLI):
+            form = "reflected" if self.polynomial in _REFLECTED_FORMS else "normal"
+            algorithm = (
+                "a reflected, shift-right"
+                if self.shift == "right"
+                else "an unreflected, shift-left"
+            )
+            out.append(
+                (
+                    f"crc-polynomial:{self.shift}-{self.polynomial:#010x}",
+                    f"the {_POLYNOMIALS[self.polynomial]} polynomial in {form} form "
+                    f"({self.polynomial:#010x}) in {algorithm} CRC, not Castagnoli's "
+                    f"{CASTAGNOLI:#010x} shifted right",
+                )
+            )
+        if self.init != MASK:  # 0, the only other the model tries
+            out.append(
+                (
+                    "crc-init-zero",
+                    "CRC-32C computed with init 0 instead of 0xFFFFFFFF",
+                )
+            )
+        if self.xorout != MASK:
+            out.append(("crc-no-final-xor", "CRC-32C without the final XOR with 0xFFFFFFFF"))
+        if self.reversed_result:
+            out.append(
+                ("crc-result-bits-reversed", "the CRC's 32 bits reversed before it is written")
+            )
+        if self.coverage != "body":
+            out.append(_COVERAGES[self.coverage])
+        if self.byte_order != "little":
+            out.append(("crc-trailer-big-endian", "the CRC trailer written big-endian"))
+        return out
+
+    @property
+    def cause_id(self) -> str:
+        return "&".join(cause_id for cause_id, _ in self.deviations())
+
+    @property
+    def title(self) -> str:
+        return "; and ".join(title for _, title in self.deviations())
+
+    def trailer(self, register: int) -> bytes:
+        value = _reverse32(register) if self.reversed_result else register
+        return (value ^ self.xorout).to_bytes(4, self.byte_order)  # type: ignore[arg-type]
+
+
+RIGHT = CrcModel()
+
+
+def _reverse32(value: int) -> int:
+    return int(f"{value:032b}"[::-1], 2)
+
+
+@functools.cache
+def _table(shift: str, polynomial: int) -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        if shift == "right":
+            c = byte
+            for _ in range(8):
+                c = (c >> 1) ^ (polynomial if c & 1 else 0)
+        else:
+            c = byte << 24
+            for _ in range(8):
+                c = ((c << 1) & MASK) ^ (polynomial if c & 0x80000000 else 0)
+        table.append(c)
+    return tuple(table)
+
+
+def _run(shift: str, polynomial: int, register: int, data: bytes) -> int:
+    """The register after `data` (no final XOR, no reflection of the result)."""
+    table = _table(shift, polynomial)
+    if shift == "right":
+        for byte in data:
+            register = table[(register ^ byte) & 0xFF] ^ (register >> 8)
+    else:
+        for byte in data:
+            register = table[((register >> 24) ^ byte) & 0xFF] ^ ((register << 8) & MASK)
+    return register
+
+
+def _coverage_runs(body: bytes) -> Iterator[tuple[str, int, int]]:
+    """(coverage, where its bytes start, where they end) for each coverage the body has room
+    for; past the body's end lie the zeroed trailer's bytes."""
+    yield "body", 0, len(body)
+    yield "one-short", 0, len(body) - 1
+    yield "zeroed-trailer", 0, len(body) + oracle.CRC_SIZE
+    if len(body) >= oracle.HEADER_SIZE:
+        yield "header", 0, oracle.HEADER_SIZE
+        yield "records", oracle.HEADER_SIZE, len(body)
+    yield "after-magic", 4, len(body)
+
+
+@functools.lru_cache(maxsize=64)
+def _registers(body: bytes) -> dict[tuple[str, int, int, str], int]:
+    """The register for every (shift, polynomial, init, coverage) over `body`: the runs from
+    one start share their prefix (the header, one byte short, the body, its zeroed trailer)."""
+    registers = {}
+    ends: dict[int, list[tuple[str, int]]] = {}
+    for coverage, start, end in _coverage_runs(body):
+        ends.setdefault(start, []).append((coverage, end))
+    extended = body + bytes(oracle.CRC_SIZE)
+    for (shift, polynomial), init in product(_ENGINES, (MASK, 0)):
+        for start, stops in ends.items():
+            register, at = init, start
+            for coverage, end in sorted(stops, key=lambda stop: stop[1]):
+                register = _run(shift, polynomial, register, extended[at:end])
+                at = end
+                registers[(shift, polynomial, init, coverage)] = register
+    return registers
+
+
+def _register(body: bytes, model: CrcModel) -> int | None:
+    """The register of `model` over `body` alone (None: the body has no room for its
+    coverage)."""
+    for coverage, start, end in _coverage_runs(body):
+        if coverage == model.coverage:
+            covered = (body + bytes(oracle.CRC_SIZE))[start:end]
+            return _run(model.shift, model.polynomial, model.init, covered)
+    return None
+
+
+def models_giving(body: bytes, trailer: bytes) -> list[CrcModel]:
+    """Every model but the spec's whose trailer for `body` is `trailer`, the fewest
+    deviations first ([] for a body too large to recompute)."""
+    if len(body) > MAX_RECOMPUTED:
+        return []
+    found = []
+    for (shift, polynomial, init, coverage), register in _registers(body).items():
+        for xorout, reversed_result, byte_order in product(
+            (MASK, 0), (False, True), ("little", "big")
+        ):
+            model = CrcModel(shift, polynomial, init, xorout, reversed_result, byte_order, coverage)
+            if model != RIGHT and model.trailer(register) == trailer:
+                found.append(model)
+    return sorted(found, key=lambda m: (len(m.deviations()), m.cause_id))
+
+
+# The models earlier exports' trailers were found to fit, tried first (in insertion order).
+_found_in_writers: dict[CrcModel, None] = {}
+
+
+def _known_model_giving(body: bytes, trailer: bytes) -> list[CrcModel]:
+    for model in _found_in_writers:
+        register = _register(body, model)
+        if register is not None and model.trailer(register) == trailer:
+            return [model]
+    return []
+
+
+def crc_trailer_causes(body: bytes, trailer: bytes, reqs: tuple[str, ...]) -> list[Cause]:
+    """The CRC mistake whose trailer for `body` is `trailer` (a writer's): one cause, or one
+    of several giving exactly that trailer; [] when none does."""
+    right = struct.pack("<I", oracle.crc32c(body))
+    if trailer == right:
+        return []
+    # A model found in an earlier export of the run, recomputed alone, before the whole space:
+    # a run whose writer is wrong fails many exports the same way.
+    models = _known_model_giving(body, trailer) or models_giving(body, trailer)
+    _found_in_writers.update(dict.fromkeys(models))
+    causes = []
+    for model in models:
+        evidence = (
+            f"trailer {trailer.hex(' ')} is that computation's; CRC-32C gives {right.hex(' ')}"
+        )
+        if model == replace(RIGHT, xorout=0):
+            evidence += (
+                f" ({int.from_bytes(trailer, 'little'):#010x} = "
+                f"{int.from_bytes(right, 'little'):#010x} XOR 0xffffffff)"
+            )
+        causes.append(Cause(model.cause_id, model.title, reqs, evidence, _CRC_EXPLAINS))
+    return [one_of(causes)] if causes else []
+
+
+# -- a reader, probed with its envelope resealed -----------------------------------------------
+
+# The models a refused envelope is resealed with, one probe each, the likeliest first: every
+# single parameter off, and both of the register's inversions missing.
+PROBED: tuple[CrcModel, ...] = (
+    replace(RIGHT, xorout=0),
+    replace(RIGHT, polynomial=0xEDB88320),
+    replace(RIGHT, init=0),
+    replace(RIGHT, init=0, xorout=0),
+    replace(RIGHT, byte_order="big"),
+    replace(RIGHT, polynomial=0x1EDC6F41),
+    replace(RIGHT, shift="left", polynomial=0x1EDC6F41),
+    *(replace(RIGHT, coverage=c) for c in _COVERAGES if c != "body"),
+    replace(RIGHT, reversed_result=True),
+    *(
+        replace(RIGHT, shift=shift, polynomial=polynomial)
+        for shift, polynomial in _ENGINES[3:]
+        if (shift, polynomial) != ("left", 0x1EDC6F41)
+    ),
+)
+
+# The model each implementation's reader was last found with: tried first on its next refusal.
+_last_found: weakref.WeakKeyDictionary[Adapter, CrcModel] = weakref.WeakKeyDictionary()
+
+
+def resealed_variants(
+    envelope: bytes, implementation: Adapter | None = None
+) -> list[tuple[CrcModel, bytes]]:
+    """`envelope` with its trailer as each probed model writes it, those that differ from the
+    envelope: (model, bytes), the model last found for `implementation` first."""
+    body, trailer = envelope[: -oracle.CRC_SIZE], envelope[-oracle.CRC_SIZE :]
+    last = _last_found.get(implementation) if implementation is not None else None
+    models: Sequence[CrcModel] = (
+        PROBED if last is None else (last, *(m for m in PROBED if m != last))
+    )
+    registers = _registers(body) if len(body) <= MAX_RECOMPUTED else {}
+    out = []
+    for model in models:
+        register = registers.get((model.shift, model.polynomial, model.init, model.coverage))
+        if register is None:
+            continue
+        mistaken = model.trailer(register)
+        if mistaken != trailer:
+            out.append((model, body + mistaken))
+    return out
+
+
+def found_in_reader(implementation: Adapter, model: CrcModel) -> tuple[str, str]:
+    """Remember `model` for `implementation`'s next refusals; its (cause id, title)."""
+    _last_found[implementation] = model
+    return model.cause_id, model.title
+
+
+def reader_crc_cause(cause_id: str, title: str, code: str) -> Cause:
+    return Cause(
+        cause_id,
+        title,
+        ("READ-CRC",),
+        f"refused with {code}, but accepted once its trailer was written that way",
+        _CRC_EXPLAINS,
+    )
+
+
+# -- a tl.kv.v1 chunk's crc32c field, checked by a decode server --------------------------------
+
+# The bytes of a chunk's payload (a one-block envelope) a server may take its CRC over, each with
+# its title; the whole payload is the spec's.
+_CHUNK_RANGES = {
+    "payload": (slice(None), "the whole payload"),
+    "envelope-body": (
+        slice(None, -oracle.CRC_SIZE),
+        "the envelope without its trailer (the envelope's own CRC)",
+    ),
+    "records": (slice(oracle.HEADER_SIZE, -oracle.CRC_SIZE), "the envelope's block record"),
+}
+
+
+@dataclass(frozen=True)
+class ChunkCrcModel:
+    """How a decode server computes the crc32c a chunk's field must hold: a CRC model over a
+    range of the payload."""
+
+    covered: str = "payload"
+    crc: CrcModel = RIGHT
+
+    def field(self, payload: bytes) -> int:
+        covered = payload[_CHUNK_RANGES[self.covered][0]]
+        register = _run(self.crc.shift, self.crc.polynomial, self.crc.init, covered)
+        return int.from_bytes(self.crc.trailer(register), "little")
+
+    @property
+    def cause_id(self) -> str:
+        if self.crc == RIGHT:
+            return f"crc-chunk-over-{self.covered}"
+        return "crc-chunk:" + self.crc.cause_id
+
+    @property
+    def title(self) -> str:
+        return f"the tl.kv.v1 chunk's crc32c field checked against {self._computed()}"
+
+    @property
+    def client_title(self) -> str:
+        return f"the chunk's crc32c field computed as {self._computed()}"
+
+    def _computed(self) -> str:
+        what = "the CRC-32C" if self.crc == RIGHT else f"a CRC with {self.crc.title}"
+        return f"{what} of {_CHUNK_RANGES[self.covered][1]}, not the CRC-32C of the whole payload"
+
+
+# One probe each, the likeliest first: another range with the spec's CRC, then the whole
+# payload with each single parameter off (the trailer's byte order is the field's bytes
+# swapped).
+CHUNK_PROBED: tuple[ChunkCrcModel, ...] = (
+    ChunkCrcModel("envelope-body"),
+    ChunkCrcModel("records"),
+    *(ChunkCrcModel("payload", m) for m in PROBED if m.coverage == "body"),
+)
+
+
+def chunk_crc_cause(model: ChunkCrcModel, code: str) -> Cause:
+    return Cause(
+        model.cause_id,
+        model.title,
+        ("XFER-CHUNK-CRC",),
+        f"a chunk of a valid one-block envelope refused with {code} when its crc32c field is "
+        "the CRC-32C of its payload, accepted with that computation's",
+        _CRC_EXPLAINS,
+    )
+
+
+def client_chunk_crc_cause(payload: bytes, field: int, reqs: tuple[str, ...]) -> Cause | None:
+    """How a prefill client computed a chunk's crc32c `field` for `payload`: the chunk model
+    (any range, any point of the CRC model) giving exactly that field, or one of several; None
+    when none does (or the payload is too large to recompute)."""
+    if not oracle.HEADER_SIZE + oracle.CRC_SIZE <= len(payload) <= MAX_RECOMPUTED:
+        return None
+    causes = []
+    for covered, (span, _) in _CHUNK_RANGES.items():
+        for (shift, polynomial), init in product(_ENGINES, (MASK, 0)):
+            register = _run(shift, polynomial, init, payload[span])
+            for xorout, reversed_result, byte_order in product(
+                (MASK, 0), (False, True), ("little", "big")
+            ):
+                crc = CrcModel(shift, polynomial, init, xorout, reversed_result, byte_order)
+                model = ChunkCrcModel(covered, crc)
+                computed = int.from_bytes(crc.trailer(register), "little")
+                if model != ChunkCrcModel() and computed == field:
+                    causes.append(_client_cause(model, field, reqs))
+    causes.sort(key=lambda c: (c.id.count("&"), c.id))
+    return one_of(causes) if causes else None
+
+
+def _client_cause(model: ChunkCrcModel, field: int, reqs: tuple[str, ...]) -> Cause:
+    own = model == ChunkCrcModel("envelope-body")  # what the envelope's trailer holds
+    return Cause(
+        "prefill-envelope-crc-in-chunk" if own else "prefill-" + model.cause_id,
+        model.client_title,
+        reqs,
+        f"crc32c {field:#010x} is that computation's",
+    )
