@@ -154,7 +154,12 @@ def test_each_reader_family_is_needed(rule: str, tmp_path: Path) -> None:
 # --v2-level=tolerant lets one e4m3 step between finite codes of one sign through: these MUST
 # mutants differ from the oracle by exactly such rounding steps, so it lets them through by
 # design (selftest/test_tolerant.py shows the boundary element by element).
-TOLERATED = {"v2-round-toward-zero", "v2-quotient-in-f64"}
+TOLERATED = {
+    "v2-round-toward-zero",
+    "v2-quotient-in-f64",
+    "ho-py-v2-round-half-up",  # ties one step away from zero
+    "ho-py-v2-e4m3-min-exponent",  # subnormal codes one step toward zero
+}
 TOLERANT_CASES = ("cases/writer-v2.yaml",)
 
 

@@ -160,6 +160,17 @@ def test_f16_carries_special_patterns() -> None:
     assert np.array_equal(oracle.f32_to_f16_bits(oracle.f16_bits_to_f32(patterns)), patterns)
 
 
+def test_f16_finite_overflow_rounds_to_nearest_even() -> None:
+    # IEEE 754 roundTiesToEven (7.4): below the midpoint 65520 a value rounds to 65504, at it the
+    # tie goes to the even significand, which has overflowed, and beyond it to an infinity.
+    f32_bits = np.array(
+        [0x477FE100, 0x477FEFFF, 0x477FF000, 0x477FF001, 0x7F7FFFFF, 0xC77FEFFF, 0xC77FF000],
+        dtype=np.uint32,
+    )
+    expected = [0x7BFF, 0x7BFF, 0x7C00, 0x7C00, 0x7C00, 0xFBFF, 0xFC00]
+    assert oracle.f32_to_f16_bits(f32_bits.view(np.float32)).tolist() == expected
+
+
 # -- envelopes ------------------------------------------------------------------------------
 
 

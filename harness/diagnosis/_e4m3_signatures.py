@@ -7,7 +7,14 @@ import numpy as np
 
 from .. import oracle
 from ._causes import Cause
-from ._signatures import one_of
+from ._codec_model import (
+    E4M3,
+    e4m3_one_step_causes,
+    fitting_encoders,
+    named,
+    scale_model_causes,
+    scale_one_ulp_causes,
+)
 
 F32 = np.float32
 E4M3_MAX = oracle.E4M3_MAX
@@ -90,6 +97,13 @@ def scale_causes(
                 f"{int(differ.sum())} all-zero slabs with scale 0.0",
             )
         ]
+    fitted = scale_model_causes(x, got, got_codes)
+    if fitted:
+        return fitted
+    if (_codes_for(x, got) == got_codes).all():
+        fitted = scale_one_ulp_causes(want, got)
+        if fitted:
+            return fitted
     with np.errstate(all="ignore"):
         larger = (s > w).all() and np.isfinite(s).all()
     if larger and (_codes_for(x, got) == got_codes).all():
@@ -140,6 +154,10 @@ def code_causes(
                 _toward_zero(q),
             ),
         }
+        # the encoder one parameter away from the right one (its rounding, subnormals, bias)
+        for encoder in fitting_encoders(E4M3, q, got):
+            cause_id, title = encoder.cause(E4M3, "e4m3 codes")
+            variants.setdefault(cause_id, (title, E4M3.reqs, encoder.encode(E4M3, q)))
     at = np.flatnonzero(differ.ravel())[0]
     evidence = (
         f"{int(differ.sum())} codes differ, each as that computation rounds; e.g. x "
@@ -152,7 +170,10 @@ def code_causes(
         if (codes == got).all() and (codes != want).any()
     ]
     if matching:
-        return [one_of(matching)]
+        return named(matching)
+    one_step = e4m3_one_step_causes(want, got)
+    if one_step:
+        return one_step
     nan_got = (got & 0x7F) == 0x7F
     if (nan_got[differ]).all() and ((want[differ] & 0x7F) == 0x7E).all():
         tiny = scales < np.finfo(F32).tiny

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import oracle
 from ._causes import Cause
+from ._codec_model import held_f16_causes
 from ._crc_signatures import crc_trailer_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
@@ -155,6 +156,8 @@ def envelope_attribution(
             causes = _v1_value_causes(shape, expected, actual)
         else:
             causes = _v2_numeric_causes(shape, expected, actual, blocks)
+    if blocks and (not causes or shape.version == 2):
+        causes = held_f16_causes(causes, shape.geometry, shape.version, actual, blocks)
     return causes, reqs, ""
 
 

@@ -9,6 +9,7 @@ from .. import oracle
 from ..adapters import REUSED_BUFFER_VALUE
 from ..evidence import ValuesEvidence
 from ._causes import Cause
+from ._codec_model import decode_causes, f16_store_causes, named
 from ._f16_signatures import f16_causes
 
 F32 = np.float32
@@ -23,15 +24,6 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a_bits, b_bits = _bits(a), _bits(b)
     both_nan = np.isnan(a) & np.isnan(b) & ((a_bits >> 31) == (b_bits >> 31))
     return (a_bits == b_bits) | both_nan
-
-
-def _f16_truncated(values: np.ndarray) -> np.ndarray:
-    """f32 values rounded to f16 toward zero."""
-    rounded = oracle.round_to_f16(values)
-    over = np.abs(rounded) > np.abs(values)
-    bits = oracle.f32_to_f16_bits(values).astype(np.int32)
-    down = np.where(over & ((bits & 0x7FFF) > 0), bits - 1, bits).astype(np.uint16)
-    return oracle.f16_bits_to_f32(down)
 
 
 def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
@@ -63,7 +55,10 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
         REUSED_BUFFER_VALUE,
         oracle.round_to_f16(np.array([REUSED_BUFFER_VALUE], dtype=np.float32))[0],
     ]
-    if np.isin(actual, reused).any() and not np.isin(expected, reused).any():
+    # Its own evidence: a write's values (not an import's), every differing one the value the
+    # suite wrote into its array after the write returned (a decoder's value may equal it).
+    kept = ev.written is not None and ev.source is None
+    if kept and np.isin(actual[differ], reused).all() and not np.isin(expected, reused).any():
         return [
             Cause(
                 "write-keeps-reference",
@@ -86,6 +81,12 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
             oracle.f32_to_f16_bits(actual[differ]),
             "read back",
         )
+        if ev.source is None:
+            # the f16 store fitted to the values written (else those due, f16 already: its
+            # subnormals and range still show): the encoder's one mistake
+            given = expected if ev.written is None else np.asarray(ev.written, dtype=np.float32)
+            stored = f16_store_causes(given[~past], actual[~past], "read back")
+            causes = named([*stored, *causes])
     if not causes:
         causes = _nan_lost_causes(expected[differ], actual[differ], version)
     return causes, reqs
@@ -222,29 +223,25 @@ def _v2_read_causes(
             )
         ]
     subnormal = ((codes >> 3) & 0xF) == 0
+    causes = []
     for factor, name in ((F32(0.5), "one too small"), (F32(2), "one too large")):
         variant = np.where(subnormal, as_f32 * factor, as_f32)
         if subnormal[differ].any() and matches((variant * scales).astype(F32)):
-            return [
+            causes.append(
                 Cause(
                     "e4m3-subnormal-exponent",
                     f"e4m3 subnormals decoded with an exponent {name}",
                     ("V2-E4M3",),
                     "every differing value decodes a subnormal code (exponent bits 0)",
                 )
-            ]
+            )
+    causes += decode_causes(codes, decoded.scales, matches)
     if dtype == "f16":
+        # the values decoded right, stored by an f16 encoder with one mistake: the pool's, not
+        # the decoder's (a value of an f16 subnormal halved by either looks the same)
         exact = (as_f32 * scales).astype(F32)
-        if matches(_f16_truncated(exact)) and not matches(exact):
-            return [
-                Cause(
-                    "f16-round-toward-zero",
-                    "f32 values rounded to f16 by truncation, not to nearest even",
-                    ("V1-F16",),
-                    f"{int(differ.sum())} values read back one f16 step toward zero",
-                )
-            ]
-    return []
+        causes += f16_store_causes(exact[filled], actual[filled], "read back")
+    return named(causes)
 
 
 def _layout_read_causes(expected: np.ndarray, actual: np.ndarray, version: int) -> list[Cause]:

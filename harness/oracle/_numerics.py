@@ -12,7 +12,8 @@ E4M3_MAX_CODE = 0x7E
 
 def f32_to_f16_bits(values: np.ndarray) -> np.ndarray:
     """Round f32 values to binary16 (nearest even) and return the u16 bit patterns."""
-    return np.asarray(values, dtype=np.float32).astype(np.float16).view(np.uint16)
+    with np.errstate(over="ignore"):  # a finite value from 65520 on is an infinity, by IEEE 754
+        return np.asarray(values, dtype=np.float32).astype(np.float16).view(np.uint16)
 
 
 def f16_bits_to_f32(bits: np.ndarray) -> np.ndarray:

@@ -250,11 +250,29 @@ class _PoolScript:
             rule = "POOL-ENOMEM" if plan.expect == "ENOMEM" else "POOL-WRITE-ARGS"
             refused_with(self._refusal(plan.expect), "write", write, [rule])
             return
-        block = write()
+        try:
+            block = write()
+        except Refused as refusal:
+            if mistake := self._registered_hash_refused(plan.block_hash, refusal.code):
+                raise CaseFailure(f"write refused with {refusal.code}", mistake) from None
+            raise
         self._registered(plan.block_hash)
         if plan.label:
             self.ids[plan.label] = block
             self.plans[plan.label] = plan
+
+    def _registered_hash_refused(self, block_hash: int, code: str) -> KnownMistake | None:
+        """The mistake to name when a write is refused whose hash a block of this pool holds
+        registered (written before and not released)."""
+        held = self.hashes.get(self.in_use, set())
+        if not block_hash or block_hash not in held or (self.in_use, block_hash) in self.released:
+            return None
+        return KnownMistake(
+            "write-refuses-registered-hash",
+            "a write of a hash that a block of the pool already has registered is refused",
+            ("POOL-WRITE-READ",),
+            f"write of hash {block_hash:#x} refused with {code}; a block written before holds it",
+        )
 
     def _read(self, arg: Mapping[str, Any]) -> None:
         if arg.get("expect"):
@@ -426,7 +444,21 @@ class _PoolScript:
                 for b in plans
             ]
 
-        exported = self.pool.export(ids, arg["version"])
+        try:
+            exported = self.pool.export(ids, arg["version"])
+        except Refused as refusal:
+            if len(set(ids)) == len(ids):
+                raise
+            raise CaseFailure(
+                f"export v{arg['version']} of {', '.join(arg['blocks'])} refused with "
+                f"{refusal.code}",
+                KnownMistake(
+                    "export-refuses-repeated-block",
+                    "an export whose list names a block more than once is refused",
+                    ("EXPORT-REPEATED",),
+                    f"refused with {refusal.code}; every block of the list is allocated",
+                ),
+            ) from None
         compare_envelopes(expected, exported, level, self.nan, held, ids, dtype)
 
     def _export_bytes(self, arg: Mapping[str, Any]) -> None:

@@ -42,13 +42,14 @@ class Tamper:
     reseal: bool = True
     crc32c_xor: int = 0
     kv_format: int | None = None
+    block_hash: int | None = None  # the chunk's block_hash, in place of its block's
     block_hash_xor: int = 0
 
     def rules(self) -> frozenset[str]:
         """The requirements the tampered chunk breaks, as far as the tampering says."""
         broken = {
             "XFER-CHUNK-CRC": bool(self.crc32c_xor),
-            "XFER-CHUNK-HASH": bool(self.block_hash_xor),
+            "XFER-CHUNK-HASH": self.block_hash is not None or bool(self.block_hash_xor),
             "XFER-FORMAT": self.kv_format is not None,
             "XFER-CHUNK-ONE": self.payload_blocks is not None,
             "XFER-EMPTY-UNHELD": self.empty_payload,
@@ -69,6 +70,7 @@ class Tamper:
             reseal=raw.get("reseal", True),
             crc32c_xor=raw.get("crc32c_xor", 0),
             kv_format=raw.get("kv_format"),
+            block_hash=raw.get("block_hash"),
             block_hash_xor=raw.get("block_hash_xor", 0),
         )
 
@@ -266,7 +268,8 @@ class TransferCase(Case):
             payload=payload,
             crc32c=crc,
             kv_format=chunk.kv_format if tamper.kv_format is None else tamper.kv_format,
-            block_hash=chunk.block_hash ^ tamper.block_hash_xor,
+            block_hash=(chunk.block_hash if tamper.block_hash is None else tamper.block_hash)
+            ^ tamper.block_hash_xor,
         )
         return chunks
 
