@@ -38,6 +38,7 @@ from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, 
 from ._envelope import envelope_attribution
 from ._faults import fault_title
 from ._probe import probe_reader
+from ._refusals import envelope_properties, refused_valid_causes
 from ._signatures import CRC_CAUSES, ONE_OF, hash_causes, reader_crc_cause
 from ._values import values_attribution
 
@@ -108,6 +109,10 @@ def _analyse(
         return causes, fields, ""
     if isinstance(evidence, RefusalEvidence):
         probed = probe_reader(implementation, evidence) if implementation is not None else None
+        if probed is None and implementation is not None and not evidence.rules:
+            if found := refused_valid_causes(implementation, evidence):
+                reqs = {r for c in found for r in c.reqs}
+                return found, reqs, VALID_REFUSED.format(code=evidence.actual)
         return _refusal(evidence, probed)
     if isinstance(evidence, PoolChangeEvidence):
         cause = Cause(
@@ -240,6 +245,8 @@ def _refusal(
     yields = CRC_CAUSES if ev.actual in ("EFORMAT", "DATA_LOSS") else frozenset()
     if ev.actual == "ESHAPE":
         yields = frozenset({"geometry-compared-wrongly"})
+    # stopped before its rule by a property a reader over-enforces (the run shows which)
+    yields |= envelope_properties(ev.envelope)
     causes = [
         Cause(
             f"wrong-status:{rule}",
