@@ -109,10 +109,10 @@ def _analyse(
         return causes, fields, ""
     if isinstance(evidence, RefusalEvidence):
         probed = probe_reader(implementation, evidence) if implementation is not None else None
-        if probed is None and implementation is not None and not evidence.rules:
-            if found := refused_valid_causes(implementation, evidence):
-                reqs = {r for c in found for r in c.reqs}
-                return found, reqs, VALID_REFUSED.format(code=evidence.actual)
+        valid = probed is None and implementation is not None and not evidence.rules
+        if valid and (found := refused_valid_causes(implementation, evidence)):
+            reqs = {r for c in found for r in c.reqs}
+            return found, reqs, VALID_REFUSED.format(code=evidence.actual)
         return _refusal(evidence, probed)
     if isinstance(evidence, PoolChangeEvidence):
         cause = Cause(
