@@ -38,7 +38,7 @@ from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, 
 from ._envelope import envelope_attribution
 from ._faults import fault_title
 from ._probe import probe_reader
-from ._refusals import envelope_properties, refused_valid_causes
+from ._refusals import envelope_properties, limit_answered, refused_valid_causes
 from ._signatures import CRC_CAUSES, ONE_OF, hash_causes, reader_crc_cause
 from ._values import values_attribution
 
@@ -231,12 +231,14 @@ def _refusal(
             explains=frozenset({FAULT}),
         )
         return [cause], {first}, ""
-    if ev.rules_first and ev.actual in ("EINVAL", "ENOMEM", "RESOURCE_EXHAUSTED"):
+    limit = limit_answered(ev)
+    if (ev.rules_first or limit) and ev.actual in ("EINVAL", "ENOMEM", "RESOURCE_EXHAUSTED"):
+        answered = f"{limit} status," if limit else "(a limit),"
         cause = Cause(
             "limits-before-rules",
             "the caller's limits checked before the reader rules",
             ("READ-RULES-FIRST",),
-            f"refused with {ev.actual} (a limit), {expected} (the rule) due",
+            f"refused with {ev.actual}, {answered} checked before {rules[0]} ({expected} due)",
             yields_to=frozenset(f"rule-not-enforced:{rule}" for rule in rules),
         )
         return [cause], {"READ-RULES-FIRST"}, ""

@@ -233,3 +233,18 @@ def envelope_properties(data: bytes) -> frozenset[str]:
     ]
     b = geometry.block_tokens
     return frozenset(OVER_ENFORCED + p.name for p in PROPERTIES if p.has(records, b))
+
+
+def limit_answered(refusal: RefusalEvidence) -> str | None:
+    """Which of the import's limits answered an envelope that breaks a reader rule, when its
+    status is that limit's and the header's n_blocks is over it in the case's pool: the limit
+    was checked before the rule (READ-RULES-FIRST). None when it does not fit."""
+    pool = refusal.pool
+    if pool is None or not refusal.rules or len(refusal.envelope) < oracle.HEADER_SIZE:
+        return None
+    declared = oracle.HEADER_FIELDS["n_blocks"].read(refusal.envelope)
+    if refusal.actual == "EINVAL" and declared > pool.max_blocks:
+        return f"IMPORT-EINVAL's (the header's {declared} blocks, max_blocks {pool.max_blocks})"
+    if refusal.actual in ("ENOMEM", "RESOURCE_EXHAUSTED") and declared > pool.free:
+        return f"IMPORT-ENOMEM's (the header's {declared} blocks, {pool.free} free)"
+    return None

@@ -387,11 +387,13 @@ class _PoolScript:
     def _export(self, arg: Mapping[str, Any]) -> None:
         ids = [self.block(label) for label in arg["blocks"]]
         if arg.get("expect"):
+            # A version it writes is refused only for the blocks: freed or never written.
+            written = arg["version"] in self.testee.info.write_versions
             refused_with(
                 self._refusal(arg["expect"]),
                 f"export v{arg['version']}",
                 lambda: self.pool.export(ids, arg["version"]),
-                ["EXPORT-UNWRITTEN"],
+                ["POOL-RELEASE-FREED" if written else "EXPORT-UNWRITTEN"],
             )
             return
         plans = [self.plans[label].as_oracle_block() for label in arg["blocks"]]
