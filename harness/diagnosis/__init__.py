@@ -38,7 +38,12 @@ from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, 
 from ._envelope import envelope_attribution
 from ._faults import fault_title
 from ._probe import probe_reader
-from ._refusals import envelope_properties, limit_answered, refused_valid_causes
+from ._refusals import (
+    envelope_properties,
+    fault_cause_id,
+    limit_answered,
+    refused_valid_causes,
+)
 from ._signatures import CRC_CAUSES, ONE_OF, hash_causes, reader_crc_cause
 from ._values import values_attribution
 
@@ -225,7 +230,7 @@ def _refusal(
     if ev.actual == "fault":
         first = rules[0]
         cause = Cause(
-            f"fault-on:{first}",
+            fault_cause_id(ev.fault, first),
             f"{fault_title(ev.fault)} on input breaking {first}",
             (first,),
             explains=frozenset({FAULT}),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import oracle
-from ..adapters import Adapter
+from ..adapters import Adapter, observed_fault
 from ..errors import ImplementationFault, NotObservable, Refused
 from ..evidence import RefusalEvidence
 from ._causes import VALID_REFUSED, Cause
@@ -248,3 +248,17 @@ def limit_answered(refusal: RefusalEvidence) -> str | None:
     if refusal.actual in ("ENOMEM", "RESOURCE_EXHAUSTED") and declared > pool.free:
         return f"IMPORT-ENOMEM's (the header's {declared} blocks, {pool.free} free)"
     return None
+
+
+# A refusal that leaves *n_out non-zero is a status breach of the import (all or nothing: 0
+# after any failure), one mistake whatever rule the input breaks, not a fault on that input.
+N_OUT_AFTER_REFUSAL = "n-out-after-refusal"
+
+
+def fault_cause_id(fault: str, rule: str) -> str:
+    """The cause id of a fault on input breaking `rule`: `N_OUT_AFTER_REFUSAL` for a refusal
+    that left *n_out non-zero, else fault-on:RULE (a raise, crash, exit or hang on it)."""
+    observed = observed_fault(fault)
+    if observed.kind == "status" and "*n_out" in observed.what and "refuses" in observed.what:
+        return N_OUT_AFTER_REFUSAL
+    return f"fault-on:{rule}"
