@@ -114,8 +114,14 @@ def _analyse(
         return causes, fields, ""
     if isinstance(evidence, RefusalEvidence):
         probed = probe_reader(implementation, evidence) if implementation is not None else None
-        valid = probed is None and implementation is not None and not evidence.rules
-        if valid and (found := refused_valid_causes(implementation, evidence)):
+        # a valid envelope refused by a pool the evidence names: probed for the limits and
+        # for an over-enforced rule
+        probe = implementation if evidence.pool is not None and not evidence.rules else None
+        if (
+            probed is None
+            and probe is not None
+            and (found := refused_valid_causes(probe, evidence))
+        ):
             reqs = {r for c in found for r in c.reqs}
             return found, reqs, VALID_REFUSED.format(code=evidence.actual)
         return _refusal(evidence, probed)
