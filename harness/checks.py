@@ -363,13 +363,28 @@ class PoolSnapshot:
     registered: dict[int, int | None] = field(default_factory=dict)
 
 
+NOT_FOUND = frozenset({"ENOTFOUND", "NOT_FOUND"})  # find's answer to an unknown hash, C and gRPC
+
+
 def _find(pool: PoolHandle, block_hash: int) -> int | None:
+    """The block registered under `block_hash`, None when none is; a find answering otherwise
+    (another status, an exception) is POOL-FIND's failure, whatever the case is about."""
     try:
         return pool.find(block_hash)
     except Refused as refusal:
-        if refusal.code in ("ENOTFOUND", "NOT_FOUND"):
+        if refusal.code in NOT_FOUND:
             return None
-        raise
+        raise CaseFailure(
+            f"find({block_hash:#x}) refused with {refusal.code}, not found due",
+            RefusalEvidence(frozenset({"POOL-FIND"}), NOT_FOUND, refusal.code),
+        ) from None
+    except ImplementationFault as fault:
+        evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
+            frozenset({"POOL-FIND"}), NOT_FOUND, "fault", fault=str(fault)
+        )
+        raise CaseFailure(
+            f"find({block_hash:#x}): implementation fault: {fault}", evidence
+        ) from None
 
 
 def snapshot(

@@ -16,11 +16,12 @@ from ...checks import (
     in_pool_precision,
     refused_with,
 )
-from ...errors import Refused
+from ...errors import ImplementationFault, Refused
 from ...evidence import (
     NOT_HELD,
     CountEvidence,
     Evidence,
+    FaultEvidence,
     KnownMistake,
     RefusalEvidence,
     SizeEvidence,
@@ -312,7 +313,20 @@ class _PoolScript:
                     lambda: self.pool.find(block_hash),
                     ["POOL-FIND"],
                 )
+            except ImplementationFault as fault:  # a find that raises, crashes or hangs
+                evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
+                    frozenset({"POOL-FIND"}),
+                    frozenset({self._refusal("ENOTFOUND")}),
+                    "fault",
+                    fault=str(fault),
+                )
+                raise CaseFailure(f"implementation fault: {fault}", evidence) from None
             except CaseFailure as failure:
+                found = isinstance(failure.evidence, RefusalEvidence) and (
+                    failure.evidence.actual is None
+                )
+                if not found:  # refused with another status: it found nothing
+                    raise
                 if (self.in_use, block_hash) not in self.released:
                     if shared := self._shared_registry(block_hash, "succeeded"):
                         raise CaseFailure(str(failure), shared) from None
