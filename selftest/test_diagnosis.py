@@ -873,3 +873,17 @@ def test_n_out_left_after_a_refusal_is_its_own_cause() -> None:
         "fault-on:POOL-FIND",
         "Pool.find raises KeyError on input breaking POOL-FIND",
     )
+
+
+def test_a_limit_breached_is_no_limit_answered_before_a_rule() -> None:
+    """An import of 3 blocks, 2 free, max_blocks 2, refused with EINVAL where ENOMEM is due
+    breaks no reader rule: a status mix-up of IMPORT-ENOMEM, not the limits checked first."""
+    envelope = oracle.encode(GEOMETRY, [_full(0x1234), _full(0x5678), _full(0x9ABC)], 1)
+    evidence = RefusalEvidence(
+        frozenset({"IMPORT-ENOMEM"}),
+        frozenset({"ENOMEM"}),
+        "EINVAL",
+        envelope,
+        pool=ReaderPool(GEOMETRY, 2, 2),
+    )
+    assert _diagnosed(evidence).cause.id == "wrong-status:IMPORT-ENOMEM"

@@ -240,7 +240,8 @@ def limit_answered(refusal: RefusalEvidence) -> str | None:
     status is that limit's and the header's n_blocks is over it in the case's pool: the limit
     was checked before the rule (READ-RULES-FIRST). None when it does not fit."""
     pool = refusal.pool
-    if pool is None or not refusal.rules or len(refusal.envelope) < oracle.HEADER_SIZE:
+    breaks_a_reader_rule = any(rule in oracle.READER_RULES for rule in refusal.rules)
+    if pool is None or not breaks_a_reader_rule or len(refusal.envelope) < oracle.HEADER_SIZE:
         return None
     declared = oracle.HEADER_FIELDS["n_blocks"].read(refusal.envelope)
     if refusal.actual == "EINVAL" and declared > pool.max_blocks:
