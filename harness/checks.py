@@ -111,9 +111,16 @@ def refused_with(
     expected: str, call: str, action: Callable[[], T], rules: Iterable[str] = ()
 ) -> None:
     """Run `action`, which must be refused with `expected` (`rules`: the requirements that
-    demand the refusal, for the diagnosis)."""
+    demand the refusal, for the diagnosis). A fault instead of the status (an exception, a
+    crash, a hang, a status breach such as *n_out left non-zero) is a failure on input
+    breaking those rules."""
     try:
         result = action()
+    except ImplementationFault as fault:
+        evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
+            frozenset(rules), frozenset({expected}), "fault", fault=str(fault)
+        )
+        raise CaseFailure(f"{call}: implementation fault: {fault}", evidence) from None
     except Refused as refusal:
         if refusal.code != expected:
             raise CaseFailure(

@@ -16,12 +16,11 @@ from ...checks import (
     in_pool_precision,
     refused_with,
 )
-from ...errors import ImplementationFault, Refused
+from ...errors import Refused
 from ...evidence import (
     NOT_HELD,
     CountEvidence,
     Evidence,
-    FaultEvidence,
     KnownMistake,
     RefusalEvidence,
     SizeEvidence,
@@ -313,14 +312,6 @@ class _PoolScript:
                     lambda: self.pool.find(block_hash),
                     ["POOL-FIND"],
                 )
-            except ImplementationFault as fault:  # a find that raises, crashes or hangs
-                evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
-                    frozenset({"POOL-FIND"}),
-                    frozenset({self._refusal("ENOTFOUND")}),
-                    "fault",
-                    fault=str(fault),
-                )
-                raise CaseFailure(f"implementation fault: {fault}", evidence) from None
             except CaseFailure as failure:
                 found = isinstance(failure.evidence, RefusalEvidence) and (
                     failure.evidence.actual is None
