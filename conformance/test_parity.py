@@ -38,6 +38,7 @@ from tlkv_conformance.evidence import (
     NOT_HELD,
     EnvelopeEvidence,
     KnownMistake,
+    ReaderPool,
     RefusalEvidence,
     SizeEvidence,
 )
@@ -277,12 +278,19 @@ def _import(testee: Testee, golden: GoldenEntry, blob: bytes, nan: str) -> None:
     records = oracle.decode(blob).records
     with calls_to_testee(), _open(testee, golden) as pool:
         free_before = free_count(pool)
+        room = max(golden.n_blocks, 1)  # the pool's blocks (_open), all free
         try:
-            ids = pool.import_envelope(blob, max(golden.n_blocks, 1))
+            ids = pool.import_envelope(blob, room)
         except Refused as refusal:
             raise CaseFailure(
                 f"{golden.display} was refused: {refusal}",
-                RefusalEvidence(frozenset(), frozenset(), refusal.code, blob),
+                RefusalEvidence(
+                    frozenset(),
+                    frozenset(),
+                    refusal.code,
+                    blob,
+                    pool=ReaderPool(golden.geometry, room, room),
+                ),
             ) from None
         if len(ids) != golden.n_blocks or len(set(ids)) != len(ids):
             raise CaseFailure(f"import returned block ids {ids} for {golden.n_blocks} blocks")

@@ -111,9 +111,16 @@ def refused_with(
     expected: str, call: str, action: Callable[[], T], rules: Iterable[str] = ()
 ) -> None:
     """Run `action`, which must be refused with `expected` (`rules`: the requirements that
-    demand the refusal, for the diagnosis)."""
+    demand the refusal, for the diagnosis). A fault instead of the status (an exception, a
+    crash, a hang, a status breach such as *n_out left non-zero) is a failure on input
+    breaking those rules."""
     try:
         result = action()
+    except ImplementationFault as fault:
+        evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
+            frozenset(rules), frozenset({expected}), "fault", fault=str(fault)
+        )
+        raise CaseFailure(f"{call}: implementation fault: {fault}", evidence) from None
     except Refused as refusal:
         if refusal.code != expected:
             raise CaseFailure(
@@ -372,13 +379,28 @@ class PoolSnapshot:
     registered: dict[int, int | None] = field(default_factory=dict)
 
 
+NOT_FOUND = frozenset({"ENOTFOUND", "NOT_FOUND"})  # find's answer to an unknown hash, C and gRPC
+
+
 def _find(pool: PoolHandle, block_hash: int) -> int | None:
+    """The block registered under `block_hash`, None when none is; a find answering otherwise
+    (another status, an exception) is POOL-FIND's failure, whatever the case is about."""
     try:
         return pool.find(block_hash)
     except Refused as refusal:
-        if refusal.code in ("ENOTFOUND", "NOT_FOUND"):
+        if refusal.code in NOT_FOUND:
             return None
-        raise
+        raise CaseFailure(
+            f"find({block_hash:#x}) refused with {refusal.code}, not found due",
+            RefusalEvidence(frozenset({"POOL-FIND"}), NOT_FOUND, refusal.code),
+        ) from None
+    except ImplementationFault as fault:
+        evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
+            frozenset({"POOL-FIND"}), NOT_FOUND, "fault", fault=str(fault)
+        )
+        raise CaseFailure(
+            f"find({block_hash:#x}): implementation fault: {fault}", evidence
+        ) from None
 
 
 def snapshot(

@@ -1390,3 +1390,191 @@ def test_v2_scale_one_ulp_off() -> None:
     got = _written_with_scales(values, scales)
     assert (got.cause.id, got.blamed) == ("v2-scale-one-ulp", ("V2-SCALE",))
     assert got.cause.title.startswith("scales one f32 unit in the last place below")
+
+
+# -- a valid envelope refused: at a limit, by an over-enforced rule --------------------------
+
+
+class _LimitPool(_Pool):
+    """A pool of the oracle's reader with the limits as `reader` writes them, refusing in
+    addition the envelopes `reader.also_refuses` says."""
+
+    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
+        reader = self.reader
+        reader.imports.append((self.capacity, max_blocks))
+        try:
+            envelope = oracle.decode(data, oracle.ReaderProfile(GEOMETRY))
+        except oracle.Rejected:
+            raise Refused("EFORMAT", "import") from None
+        records = [(r.block_hash, r.n_tokens) for r in envelope.records]
+        if reader.also_refuses(records):
+            raise Refused("EFORMAT", "import")
+        n = envelope.n_blocks
+        if n > max_blocks or (reader.inclusive == "max_blocks" and n == max_blocks):
+            raise Refused("EINVAL", "import")
+        if n > self.capacity or (reader.inclusive == "free" and n == self.capacity):
+            raise Refused("ENOMEM", "import")
+        reader.held += n
+        return [7] * n
+
+    def release(self, block: int) -> None:
+        self.reader.held -= 1
+
+
+class _LimitReader(_Reader):
+    def __init__(self, inclusive: str = "", also_refuses=lambda records: False) -> None:
+        super().__init__(None)
+        self.inclusive, self.also_refuses = inclusive, also_refuses
+
+    def open_pool(self, geometry: oracle.Geometry, capacity: int) -> PoolHandle:
+        assert geometry == GEOMETRY
+        self.open_pools += 1
+        return _LimitPool(self, capacity)
+
+
+def _full(block_hash: int) -> oracle.Block:
+    return oracle.Block(block_hash, GEOMETRY.block_tokens, _blocks()[0].values)
+
+
+@pytest.mark.parametrize(
+    ("inclusive", "status", "cause", "req"),
+    [
+        ("free", "ENOMEM", "refused-at-limit:free-blocks", "IMPORT-ENOMEM"),
+        ("max_blocks", "EINVAL", "refused-at-limit:max-blocks", "IMPORT-EINVAL"),
+    ],
+)
+def test_a_valid_import_refused_at_exactly_a_limit(inclusive, status, cause, req) -> None:
+    envelope = oracle.encode(GEOMETRY, [_full(0x1234), _full(0x5678)], 1)
+    reader = _LimitReader(inclusive)
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), status, envelope, pool=ReaderPool(GEOMETRY, 2, 2)
+    )
+    got = attribute(refused, ["READ-ACCEPT"], reader)
+    assert (got.cause.id, got.blamed, got.symptom) == (cause, (req,), f"valid-refused:{status}")
+    assert "2 blocks refused with " + status in got.cause.evidence
+    assert "accepted with 3" in got.cause.evidence
+    assert (reader.open_pools, reader.held) == (0, 0)
+    # The case's pool not at that limit (3 free, max_blocks 3): not this mistake.
+    elsewhere = RefusalEvidence(
+        frozenset(), frozenset(), status, envelope, pool=ReaderPool(GEOMETRY, 3, 3)
+    )
+    assert attribute(elsewhere, ["READ-ACCEPT"], _LimitReader(inclusive)).cause is None
+    # A sound pool refusing it for want of room has no such mistake.
+    assert attribute(refused, ["READ-ACCEPT"], _LimitReader()).cause is None
+
+
+B = GEOMETRY.block_tokens
+PARTIAL = oracle.Block(0, B - 1, _blocks(B - 1)[0].values)
+OVER_ENFORCED = {
+    # cause: (what the reader also refuses, a valid envelope it refuses for it)
+    "refuses-valid:zero-blocks": (lambda records: not records, []),
+    "refuses-valid:full-block-hash-zero": (
+        lambda records: any(h == 0 and n == B for h, n in records),
+        [_full(0x1234), _full(0)],
+    ),
+    "refuses-valid:partial-before-last": (
+        lambda records: any(n < B for _, n in records[:-1]),
+        [PARTIAL, _full(0x1234)],
+    ),
+    "refuses-valid:partial-block": (lambda records: any(n < B for _, n in records), [PARTIAL]),
+    "refuses-valid:hash-one": (lambda records: any(h == 1 for h, _ in records), [_full(1)]),
+}
+
+
+@pytest.mark.parametrize("cause", sorted(OVER_ENFORCED))
+def test_a_valid_envelope_refused_by_an_over_enforced_rule(cause: str) -> None:
+    refuses, blocks = OVER_ENFORCED[cause]
+    envelope = oracle.encode(GEOMETRY, blocks, 1)
+    reader = _LimitReader(also_refuses=refuses)
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
+    )
+    got = attribute(refused, ["READ-ACCEPT"], reader)
+    assert ([c.id for c in got.causes], got.blamed) == ([cause], ("READ-ACCEPT",))
+    assert (reader.open_pools, reader.held) == (0, 0)
+    # The same envelope refused by a reader without that rule (a sound one: for another
+    # reason the probes cannot reproduce) names nothing.
+    assert attribute(refused, ["READ-ACCEPT"], _LimitReader()).cause is None
+
+
+def test_a_rule_answered_by_the_property_an_over_enforced_rule_refuses() -> None:
+    """An envelope of 0 blocks breaking READ-GEOMETRY refused with EFORMAT: the run's
+    refuses-valid:zero-blocks accounts for it, not a status mix-up."""
+    empty = oracle.encode(oracle.Geometry(4, 2, 3, 16), [], 1)
+    wrong = _diagnosed(
+        RefusalEvidence(frozenset({"READ-GEOMETRY"}), frozenset({"ESHAPE"}), "EFORMAT", empty)
+    )
+    assert wrong.cause.id == "wrong-status:READ-GEOMETRY"
+    valid = RefusalEvidence(
+        frozenset(),
+        frozenset(),
+        "EFORMAT",
+        oracle.encode(GEOMETRY, [], 1),
+        pool=ReaderPool(GEOMETRY, 3, 3),
+    )
+    refused = attribute(valid, [], _LimitReader(also_refuses=lambda records: not records))
+    run = diagnose_run({"geometry": wrong, "empty": refused})
+    assert [(f.cause.id, f.shown_by, f.explains) for f in run.findings] == [
+        ("refuses-valid:zero-blocks", ["empty"], ["geometry"])
+    ]
+
+
+def test_a_limit_answered_before_a_rule_says_which() -> None:
+    """EINVAL for an envelope breaking READ-LENGTH whose header claims 5 blocks, max_blocks 4:
+    the limit was checked first, even in a case that does not demand the rules first."""
+    envelope = bytearray(oracle.encode(GEOMETRY, [_full(0x1234)], 1))
+    oracle.HEADER_FIELDS["n_blocks"].write(envelope, 5)
+    evidence = RefusalEvidence(
+        frozenset({"READ-LENGTH"}),
+        frozenset({"EFORMAT"}),
+        "EINVAL",
+        oracle.seal(bytes(envelope[:-4])),
+        pool=ReaderPool(GEOMETRY, 2, 4),
+    )
+    got = _diagnosed(evidence)
+    assert (got.cause.id, got.blamed) == ("limits-before-rules", ("READ-RULES-FIRST",))
+    assert "IMPORT-EINVAL's (the header's 5 blocks, max_blocks 4)" in got.cause.evidence
+    assert "checked before READ-LENGTH" in got.cause.evidence
+    # 5 blocks within max_blocks 8: EINVAL is no limit's answer here.
+    within = replace(evidence, pool=ReaderPool(GEOMETRY, 8, 8))
+    assert _diagnosed(within).cause.id == "wrong-status:READ-LENGTH"
+
+
+def test_n_out_left_after_a_refusal_is_its_own_cause() -> None:
+    fault = "tl_kv_import refused with ENOMEM but left *n_out = 3 (it must be 0 after any failure)"
+    got = _diagnosed(
+        RefusalEvidence(
+            frozenset({"IMPORT-ENOMEM"}), frozenset({"ENOMEM"}), "fault", b"", fault=fault
+        )
+    )
+    assert (got.cause.id, got.blamed) == ("n-out-after-refusal", ("IMPORT-ENOMEM",))
+    assert got.cause.title == (
+        "tl_kv_import refuses with ENOMEM but leaves *n_out = 3 (0 is due after any failure) "
+        "on input breaking IMPORT-ENOMEM"
+    )
+    raised = _diagnosed(
+        RefusalEvidence(
+            frozenset({"POOL-FIND"}),
+            frozenset({"ENOTFOUND"}),
+            "fault",
+            fault="Pool.find raised KeyError: 0x1234",
+        )
+    )
+    assert (raised.cause.id, raised.cause.title) == (
+        "fault-on:POOL-FIND",
+        "Pool.find raises KeyError on input breaking POOL-FIND",
+    )
+
+
+def test_a_limit_breached_is_no_limit_answered_before_a_rule() -> None:
+    """An import of 3 blocks, 2 free, max_blocks 2, refused with EINVAL where ENOMEM is due
+    breaks no reader rule: a status mix-up of IMPORT-ENOMEM, not the limits checked first."""
+    envelope = oracle.encode(GEOMETRY, [_full(0x1234), _full(0x5678), _full(0x9ABC)], 1)
+    evidence = RefusalEvidence(
+        frozenset({"IMPORT-ENOMEM"}),
+        frozenset({"ENOMEM"}),
+        "EINVAL",
+        envelope,
+        pool=ReaderPool(GEOMETRY, 2, 2),
+    )
+    assert _diagnosed(evidence).cause.id == "wrong-status:IMPORT-ENOMEM"

@@ -42,6 +42,12 @@ from ._faults import fault_title
 from ._hash_signatures import hash_causes
 from ._orders import permutation_causes
 from ._probe import probe_chunk_crc, probe_reader
+from ._refusals import (
+    envelope_properties,
+    fault_cause_id,
+    limit_answered,
+    refused_valid_causes,
+)
 from ._signatures import ONE_OF
 from ._values import values_attribution
 
@@ -122,6 +128,16 @@ def _analyse(
             probed = probe_chunk_crc(implementation, evidence) or probe_reader(
                 implementation, evidence
             )
+        # a valid envelope refused by a pool the evidence names: probed for the limits and
+        # for an over-enforced rule
+        probe = implementation if evidence.pool is not None and not evidence.rules else None
+        if (
+            probed is None
+            and probe is not None
+            and (found := refused_valid_causes(probe, evidence))
+        ):
+            reqs = {r for c in found for r in c.reqs}
+            return found, reqs, VALID_REFUSED.format(code=evidence.actual)
         return _refusal(evidence, probed)
     if isinstance(evidence, PoolChangeEvidence):
         cause = Cause(
@@ -244,18 +260,20 @@ def _refusal(ev: RefusalEvidence, probed: Cause | None) -> tuple[list[Cause], se
     if ev.actual == "fault":
         first = rules[0]
         cause = Cause(
-            f"fault-on:{first}",
+            fault_cause_id(ev.fault, first),
             f"{fault_title(ev.fault)} on input breaking {first}",
             (first,),
             explains=frozenset({FAULT}),
         )
         return [cause], {first}, ""
-    if ev.rules_first and ev.actual in ("EINVAL", "ENOMEM", "RESOURCE_EXHAUSTED"):
+    limit = limit_answered(ev)
+    if (ev.rules_first or limit) and ev.actual in ("EINVAL", "ENOMEM", "RESOURCE_EXHAUSTED"):
+        answered = f"{limit} status," if limit else "(a limit),"
         cause = Cause(
             "limits-before-rules",
             "the caller's limits checked before the reader rules",
             ("READ-RULES-FIRST",),
-            f"refused with {ev.actual} (a limit), {expected} (the rule) due",
+            f"refused with {ev.actual}, {answered} checked before {rules[0]} ({expected} due)",
             yields_to=frozenset(f"rule-not-enforced:{rule}" for rule in rules),
         )
         return [cause], {"READ-RULES-FIRST"}, ""
@@ -265,6 +283,8 @@ def _refusal(ev: RefusalEvidence, probed: Cause | None) -> tuple[list[Cause], se
     yields = frozenset({CRC_FAMILY}) if ev.actual in ("EFORMAT", "DATA_LOSS") else frozenset()
     if ev.actual == "ESHAPE":
         yields = frozenset({"geometry-compared-wrongly"})
+    # stopped before its rule by a property a reader over-enforces (the run shows which)
+    yields |= envelope_properties(ev.envelope)
     causes = [
         Cause(
             f"wrong-status:{rule}",

@@ -336,6 +336,11 @@ class _PoolScript:
                     ["POOL-FIND"],
                 )
             except CaseFailure as failure:
+                found = isinstance(failure.evidence, RefusalEvidence) and (
+                    failure.evidence.actual is None
+                )
+                if not found:  # refused with another status: it found nothing
+                    raise
                 if (self.in_use, block_hash) not in self.released:
                     if shared := self._shared_registry(block_hash, "succeeded"):
                         raise CaseFailure(str(failure), shared) from None
@@ -426,11 +431,13 @@ class _PoolScript:
     def _export(self, arg: Mapping[str, Any]) -> None:
         ids = [self.block(label) for label in arg["blocks"]]
         if arg.get("expect"):
+            # A version it writes is refused only for the blocks: freed or never written.
+            written = arg["version"] in self.testee.info.write_versions
             refused_with(
                 self._refusal(arg["expect"]),
                 f"export v{arg['version']}",
                 lambda: self.pool.export(ids, arg["version"]),
-                ["EXPORT-UNWRITTEN"],
+                ["POOL-RELEASE-FREED" if written else "EXPORT-UNWRITTEN"],
             )
             return
         plans = [self.plans[label].as_oracle_block() for label in arg["blocks"]]

@@ -16,7 +16,7 @@ from ...checks import (
     free_count,
 )
 from ...errors import Refused
-from ...evidence import RefusalEvidence
+from ...evidence import ReaderPool, RefusalEvidence
 from ...exprs import is_fixed
 from ...testee import Testee
 from .._sources import (
@@ -103,6 +103,7 @@ class RoundtripCase(Case):
             dtype,
         )
         envelope = oracle.decode(data)
+        target_pool = (self.geometry, n, n)  # all free, max_blocks as many
         with testee.adapter.open_pool(self.geometry, n) as target:
             free_before = free_count(target)
             try:
@@ -110,7 +111,9 @@ class RoundtripCase(Case):
             except Refused as refusal:
                 raise CaseFailure(
                     f"its own export was refused on import: {refusal}",
-                    RefusalEvidence(frozenset(), frozenset(), refusal.code, data),
+                    RefusalEvidence(
+                        frozenset(), frozenset(), refusal.code, data, pool=ReaderPool(*target_pool)
+                    ),
                 ) from None
             check_imported(target, envelope, imported, [], free_before, data, self.nan)
             for block in imported:
