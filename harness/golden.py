@@ -252,6 +252,21 @@ def load_manifest(path: Path, display_root: Path | None = None) -> Manifest:
     return Manifest(path, str(document["title"]), tuple(entries))
 
 
+_LOADED: dict[tuple[Any, ...], Manifest] = {}
+
+
+def cached_manifest(path: Path) -> Manifest:
+    """load_manifest, once per process for a manifest as it is on disk (each of the parity
+    tests parametrizes itself from every manifest; the self-test's zygote loads them before
+    its runs); a manifest changed since (its size, time or inode) is read again."""
+    resolved = Path(path).resolve()
+    info = resolved.stat()
+    key = (resolved, info.st_mtime_ns, info.st_size, info.st_ino)
+    if key not in _LOADED:
+        _LOADED[key] = load_manifest(path)
+    return _LOADED[key]
+
+
 def listed_entry(blob: Path, display_root: Path | None = None) -> GoldenEntry | None:
     """The manifest entry of a blob, when its folder has a manifest listing it."""
     manifest = blob.parent / MANIFEST_FILE
