@@ -25,7 +25,7 @@ import yaml
 from . import oracle
 from .errors import CorruptedGoldenFile
 from .values import RECIPES, make_values
-from .yamlsource import refuse_aliases
+from .yamlsource import file_version, refuse_aliases
 
 MANIFEST_FILE = "manifest.yaml"
 MANIFEST_FORMAT = 1
@@ -259,9 +259,7 @@ def cached_manifest(path: Path) -> Manifest:
     """load_manifest, once per process for a manifest as it is on disk (each of the parity
     tests parametrizes itself from every manifest; the self-test's zygote loads them before
     its runs); a manifest changed since (its size, time or inode) is read again."""
-    resolved = Path(path).resolve()
-    info = resolved.stat()
-    key = (resolved, info.st_mtime_ns, info.st_size, info.st_ino)
+    key = file_version(path)
     if key not in _LOADED:
         _LOADED[key] = load_manifest(path)
     return _LOADED[key]
