@@ -46,7 +46,7 @@ from tlkv_conformance.golden import (
     MANIFEST_FILE,
     GoldenEntry,
     ManifestError,
-    load_manifest,
+    cached_manifest,
     manifest_folders,
 )
 from tlkv_conformance.runstate import parity_roots
@@ -115,7 +115,7 @@ def _params(config: pytest.Config, test: str) -> list[Any]:
         prefix = "" if index == 0 else f"+{root.name}/"
         for folder in manifest_folders(root):
             try:
-                manifest = load_manifest(folder / MANIFEST_FILE)
+                manifest = cached_manifest(folder / MANIFEST_FILE)
             except ManifestError as exc:
                 unusable = Unusable(
                     f"{prefix}{folder.name}/{MANIFEST_FILE}", f"corrupted golden manifest {exc}"

@@ -25,7 +25,7 @@ import yaml
 from . import oracle
 from .errors import CorruptedGoldenFile
 from .values import RECIPES, make_values
-from .yamlsource import refuse_aliases
+from .yamlsource import file_version, refuse_aliases
 
 MANIFEST_FILE = "manifest.yaml"
 MANIFEST_FORMAT = 1
@@ -250,6 +250,19 @@ def load_manifest(path: Path, display_root: Path | None = None) -> Manifest:
         if repeated:
             raise ManifestError(f"{shown}: {attribute} {repeated[0]!r} is used twice")
     return Manifest(path, str(document["title"]), tuple(entries))
+
+
+_LOADED: dict[tuple[Any, ...], Manifest] = {}
+
+
+def cached_manifest(path: Path) -> Manifest:
+    """load_manifest, once per process for a manifest as it is on disk (each of the parity
+    tests parametrizes itself from every manifest; the self-test's zygote loads them before
+    its runs); a manifest changed since (its size, time or inode) is read again."""
+    key = file_version(path)
+    if key not in _LOADED:
+        _LOADED[key] = load_manifest(path)
+    return _LOADED[key]
 
 
 def listed_entry(blob: Path, display_root: Path | None = None) -> GoldenEntry | None:

@@ -7,6 +7,7 @@ a case ready to commit to cases/regressions/.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from hypothesis import strategies as st
@@ -31,6 +32,14 @@ def geometries(
     `fixed`, the one geometry an implementation serves, when it serves one."""
     if fixed is not None:
         return st.just([fixed.block_tokens, fixed.n_layers, fixed.n_kv_heads, fixed.head_dim])
+    return _drawn_geometries(realistic)
+
+
+# Each strategy of given arguments is built once (functools.cache): a new strategy object is
+# validated again at its first draw, which cost a whole conformance run over a second of CPU,
+# for the same examples.
+@functools.cache
+def _drawn_geometries(realistic: bool) -> st.SearchStrategy[list[int]]:
     small = st.lists(st.integers(1, 6), min_size=4, max_size=4).map(
         lambda dims: [dims[0], dims[1] % 3 + 1, dims[2] % 3 + 1, dims[3] * 2]
     )
@@ -42,12 +51,14 @@ def geometries(
     return st.one_of(small, small, small, engine)
 
 
+@functools.cache
 def tokens(min_size: int = 0, max_size: int = 64) -> st.SearchStrategy[list[int]]:
     """Token ids over the full u32 range, with the edges of narrower types well represented."""
     token = st.one_of(st.integers(0, U32_MAX), st.sampled_from(EDGE_TOKENS), st.integers(0, 151935))
     return st.lists(token, min_size=min_size, max_size=max_size)
 
 
+@functools.cache
 def values_recipes(version: int) -> st.SearchStrategy[dict[str, Any]]:
     """A values recipe (tlkv_conformance.values): finite for v2, specials allowed for v1."""
     seed = st.integers(0, 2**32 - 1)
@@ -76,11 +87,22 @@ def quiet_f16(bits: int) -> int:
     return bits
 
 
-@st.composite
-def block_specs(draw: st.DrawFn, geometry: list[int], version: int) -> dict[str, Any]:
+def block_specs(geometry: list[int], version: int) -> st.SearchStrategy[dict[str, Any]]:
     """One block: full with tokens (hashed), full without a hash, or partial."""
+    return _block_specs(tuple(geometry), version)
+
+
+@functools.cache
+def _block_kinds(block_tokens: int) -> st.SearchStrategy[str]:
+    kinds = ["full", "full", "unhashed", "partial"] if block_tokens > 1 else ["full"]
+    return st.sampled_from(kinds)
+
+
+@functools.cache
+@st.composite
+def _block_specs(draw: st.DrawFn, geometry: tuple[int, ...], version: int) -> dict[str, Any]:
     b = geometry[0]
-    kind = draw(st.sampled_from(["full", "full", "unhashed", "partial"] if b > 1 else ["full"]))
+    kind = draw(_block_kinds(b))
     spec: dict[str, Any] = {"values": draw(values_recipes(version))}
     if kind == "full":
         spec["tokens"] = draw(tokens(b, b))

@@ -21,6 +21,14 @@ class LineList(list):
     line: int = 0
 
 
+def file_version(path: Path) -> tuple[Any, ...]:
+    """`path` as it is on disk (its resolved name, modification time, size and inode): the key
+    of a per-process cache of what was read from it, read again once the file changed."""
+    resolved = Path(path).resolve()
+    info = resolved.stat()
+    return (resolved, info.st_mtime_ns, info.st_size, info.st_ino)
+
+
 # libyaml's parser when present (the constructors below stay in Python and keep the lines).
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

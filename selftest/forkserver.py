@@ -45,14 +45,17 @@ def _preload() -> None:
 
 
 def _load_the_corpus() -> None:
-    """Every run collects the bundled case files: loaded here once, each child collects them
-    from the zygote's copy (tlkv_conformance.cases.cached_case_file; a file changed since is
-    loaded again)."""
+    """Every run collects the bundled case files and parity manifests: loaded here once, each
+    child collects them from the zygote's copy (tlkv_conformance.cases.cached_case_file,
+    tlkv_conformance.golden.cached_manifest; a file changed since is loaded again)."""
     from tlkv_conformance.cases import cached_case_file
-    from tlkv_conformance.corpus import cases_dir, corpus_root
+    from tlkv_conformance.corpus import cases_dir, corpus_root, parity_dir
+    from tlkv_conformance.golden import MANIFEST_FILE, cached_manifest, manifest_folders
 
     for path in sorted(cases_dir().glob("*.yaml")):
         cached_case_file(path, corpus_root())
+    for folder in manifest_folders(parity_dir()):
+        cached_manifest(folder / MANIFEST_FILE)
     assert "grpc" not in sys.modules, "loading the corpus must not import grpc"
 
 

@@ -10,6 +10,7 @@ of conformance/ are run once, side by side with the Python reference.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shlex
 import subprocess
@@ -26,6 +27,7 @@ from tlkv_conformance.adapters._ctypes_adapter import (
     sanitizer_environment,
     sanitizer_runtimes,
 )
+from tlkv_conformance.adapters._worker import SHARED_MIN, SharedBuffer
 from tlkv_conformance.adapters._worker_channel import sanitizer_report
 from tlkv_conformance.errors import ImplementationFault, Refused, SuiteUsageError
 
@@ -318,6 +320,24 @@ def test_sanitizer_report_is_cut_to_the_library_frames():
     assert "Shadow bytes" not in text
     assert "noise" not in text
     assert sanitizer_report("just some output\n") is None
+
+
+def test_large_buffers_cross_in_shared_memory_wherever_they_are_nested():
+    """A worker call's large buffers go through the shared memory, however deep in its
+    arguments (a list of chunks, each a tuple); token lists and small bytes pass as they are."""
+    box = SharedBuffer.create()
+    if box is None:
+        pytest.skip("no memfd on this system: every buffer goes through the pipe")
+    try:
+        large, other = bytes(range(256)) * (SHARED_MIN // 256), b"\x07" * SHARED_MIN
+        tokens = list(range(64))
+        args = (3, tokens, b"small", [(0, large), (1, [other])])
+        shaped = box.put(args)
+        assert len(pickle.dumps(shaped)) < 1000  # neither large buffer is in the message
+        assert shaped[1] is tokens  # passed as it is, not rebuilt
+        assert box.take(shaped) == args
+    finally:
+        box.close()
 
 
 # -- status profiles --------------------------------------------------------------------------

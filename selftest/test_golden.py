@@ -15,7 +15,13 @@ from tlkv_conformance.cases._sources import CaseDataError, EnvelopeResolver
 from tlkv_conformance.errors import CorruptedGoldenFile
 from tlkv_conformance.generators import _golden_manifests
 from tlkv_conformance.generators import golden as generator
-from tlkv_conformance.golden import MANIFEST_FILE, GoldenEntry, ManifestError, load_manifest
+from tlkv_conformance.golden import (
+    MANIFEST_FILE,
+    GoldenEntry,
+    ManifestError,
+    cached_manifest,
+    load_manifest,
+)
 
 from selftest.support import ROOT, patched_copy
 
@@ -259,6 +265,17 @@ def test_a_hash_that_does_not_match_its_tokens_is_a_manifest_error(tmp_path: Pat
     manifest.write_text(manifest.read_text().replace("0xa91ab0c1027b9366", "0xa91ab0c1027b9367"))
     with pytest.raises(ManifestError, match=r"entry spec-example: block 0 hash 0xa91ab0c1027b9367"):
         load_manifest(manifest)
+
+
+def test_a_manifest_is_read_once_until_it_changes(tmp_path: Path) -> None:
+    """The parity tests take their parameters from cached_manifest: one read per process (the
+    zygote's, for every run forked from it), and a manifest edited since is read again."""
+    manifest = copy_parity(tmp_path, ["kv.wire.v1"]) / "kv.wire.v1" / MANIFEST_FILE
+    first = cached_manifest(manifest)
+    assert cached_manifest(manifest) is first
+    # Another title (another size, whatever the file system's clock resolution).
+    manifest.write_text(manifest.read_text().replace(first.title, "edited since"))
+    assert cached_manifest(manifest).title == "edited since"
 
 
 def test_yaml_cases_read_listed_blobs_through_the_manifest(tmp_path: Path) -> None:

@@ -1142,7 +1142,9 @@ class _Child:
 
 
 # A run long enough to be interrupted: the case corpus and the Python tests (property tests).
-LONG_RUN = ("--impl=ref", "cases", "conformance")
+# A run a signal always finds mid-way: the explore profile's property tests alone take minutes,
+# so a loaded machine cannot finish it before the signal (a run stopped early costs nothing).
+LONG_RUN = ("--impl=ref", "--hypothesis-profile=explore", "cases", "conformance")
 
 
 def progress_count(output: str) -> int:

@@ -14,6 +14,7 @@ errors.py, its message), so that the suite raises the same class (errors.WORKER_
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import pickle
@@ -71,6 +72,16 @@ SHARED_MIN = 1 << 16
 _SHARED_TAG = "__tlkv_shared__"
 
 
+# What may be, or hold, a large buffer. A call's lists of token ids or block numbers hold
+# none: they are passed as they are, not rebuilt element by element (a round trip's largest
+# cost in the suite's process, measured with a 64-token block_hash).
+_BUFFERS = bytes | bytearray | memoryview | tuple | list
+
+
+def _holds_any(items: tuple[Any, ...] | list[Any], kinds: Any) -> bool:
+    return any(map(isinstance, items, itertools.repeat(kinds)))
+
+
 class SharedBuffer:
     """A memfd both processes map: one side writes large buffers into it, the other reads
     them. One call is in flight at a time, so each message starts again at offset 0."""
@@ -105,7 +116,7 @@ class SharedBuffer:
             if isinstance(item, bytes | bytearray | memoryview) and len(item) >= SHARED_MIN:
                 large.append(memoryview(item).cast("B"))
                 return (_SHARED_TAG, len(large) - 1)
-            if isinstance(item, tuple | list):
+            if isinstance(item, tuple | list) and _holds_any(item, _BUFFERS):
                 return type(item)(collect(i) for i in item)
             return item
 
@@ -122,7 +133,7 @@ class SharedBuffer:
         def place(item: Any) -> Any:
             if isinstance(item, tuple) and len(item) == 2 and item[0] == _SHARED_TAG:
                 return (_SHARED_TAG, *places[item[1]])
-            if isinstance(item, tuple | list):
+            if isinstance(item, tuple | list) and _holds_any(item, tuple | list):
                 return type(item)(place(i) for i in item)
             return item
 
@@ -140,7 +151,7 @@ class SharedBuffer:
                     offset : offset + length
                 ]
                 return bytes(view) if copy else view
-            if isinstance(item, tuple | list):
+            if isinstance(item, tuple | list) and _holds_any(item, tuple | list):
                 return type(item)(restore(i) for i in item)
             return item
 

@@ -13,7 +13,7 @@ import jsonschema
 
 from ..exprs import DEFAULT_GEOMETRY, BuildTarget, NotApplicable, resolve_geometry
 from ..requirements import REQUIREMENTS_FILE, level_of, unknown_ids
-from ..yamlsource import LineDict, YamlSourceError, line_of, load_yaml
+from ..yamlsource import LineDict, YamlSourceError, file_version, line_of, load_yaml
 from ._sources import CaseDataError, EnvelopeResolver
 from .kinds import KINDS, Case, CaseOrigin, FileContext, NotApplicableCase
 
@@ -191,9 +191,7 @@ def cached_case_file(path: Path, root: Path, golden_roots: Sequence[Path] = ()) 
     """load_case_file, once per process for a file as it is on disk: a process that runs the
     suite several times (the self-test's zygote, selftest/forkserver.py) loads the corpus once,
     and a file changed since (its size, time or inode) is loaded again."""
-    resolved = Path(path).resolve()
-    stat = resolved.stat()
-    key = (resolved, stat.st_mtime_ns, stat.st_size, stat.st_ino, root, tuple(golden_roots))
+    key = (*file_version(path), root, tuple(golden_roots))
     if key not in _LOADED:
         _LOADED[key] = load_case_file(path, root, golden_roots)
     return _LOADED[key]
