@@ -244,13 +244,21 @@ def _entry(path: Path, entry: Any, table: dict[str, Any]) -> KnownFailure:
 
 
 def stale_test_entries(
-    known: Sequence[KnownFailure], used: set[KnownFailure], collected_files: set[str]
+    known: Sequence[KnownFailure], tests: Iterable[TestIdentity]
 ) -> list[KnownFailure]:
-    """Test entries naming a test that no collected file has any more."""
+    """Test entries naming a test that no collected file has any more. A collected test is
+    matched on the ids a failure is (known_ids: its key, with the --impl label as `*`, is what
+    --write-known-failures lists), and the list is read once, not once per test."""
+    ids: set[str] = set()
+    files: set[str] = set()
+    for test in tests:
+        test_ids, _ = known_ids(test.nodeid, test.key, test.impl)
+        ids |= _with_bases(test_ids)
+        files.update(i.split("::", 1)[0] for i in test_ids)
     return [
         e
         for e in known
-        if not e.is_requirement and e not in used and e.target.split("::")[0] in collected_files
+        if not e.is_requirement and e.target not in ids and e.target.split("::")[0] in files
     ]
 
 

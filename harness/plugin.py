@@ -28,7 +28,7 @@ from .errors import ImplementationFault, Refused, SuiteUsageError
 from .exit_status import EXIT_INTERNAL
 from .fuzzing import FuzzRecorder, ShrinkBudget
 from .gate import Gate, ReportPathError
-from .identity import corpus_id, record_identity
+from .identity import record_identity
 from .items import CaseFileCollector, CaseItem
 from .judging import judge_phase
 from .known import load_known_failures, stale_test_entries
@@ -350,13 +350,7 @@ def _check_known_failures(config: pytest.Config, items: list[pytest.Item]) -> No
     known = config.stash.get(KNOWN, [])
     if not known:
         return
-    used = {
-        entry for item in items for entry in known if entry.names((item.nodeid, corpus_id(item)))
-    }
-    collected_files = {
-        i.split("::", 1)[0] for item in items for i in (item.nodeid, corpus_id(item))
-    }
-    stale = stale_test_entries(known, used, collected_files)
+    stale = stale_test_entries(known, (item.stash[TESTED] for item in items))
     if stale:
         raise pytest.UsageError(
             "stale known failures (no such case any more): "

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -173,13 +174,17 @@ class Zygote:
         return answer["returncode"], output
 
 
-_ZYGOTES: list[Zygote] = []
+# One fork server per thread: a server answers one request at a time, on one pipe, so threads
+# sharing it would wait for each other's runs and could read each other's answers
+# (benchmarks/bench_known_failures.py --jobs runs mutants in threads).
+_ZYGOTES = threading.local()
 
 
 def _zygote() -> Zygote:
-    if not _ZYGOTES or _ZYGOTES[0].process.poll() is not None:
-        _ZYGOTES[:] = [Zygote()]
-    return _ZYGOTES[0]
+    zygote = getattr(_ZYGOTES, "server", None)
+    if zygote is None or zygote.process.poll() is not None:
+        zygote = _ZYGOTES.server = Zygote()
+    return zygote
 
 
 def patched_copy(source: Path, replacements: list[tuple[str, str]], out: Path) -> Path:

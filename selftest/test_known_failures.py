@@ -17,7 +17,9 @@ from tlkv_conformance.known import (
     known_ids,
     listing_entries,
     load_known_failures,
+    stale_test_entries,
 )
+from tlkv_conformance.outcome import TestIdentity
 
 from selftest.known_round_trip import RoundTrip, gate_with, round_trip
 from selftest.mutation import load_catalogue
@@ -199,3 +201,14 @@ def test_a_listed_test_is_the_same_test_against_another_build() -> None:
     ids, _ = known_ids(b, b, "ctypes:b/lib.so")
     assert listing_entries([entry], ids, "ctypes:b/lib.so") == [entry]
     assert written_ids[0] not in ids
+
+
+def test_a_test_entry_written_with_the_key_is_not_stale_at_collection() -> None:
+    """A failure blamed on nothing is listed by its key (`*` for the --impl label); the check
+    at collection finds that test, and calls stale only an entry whose test is gone."""
+    parity = "conformance/test_parity.py::test_export[kv.wire.v1/empty-{}]"
+    label = "ctypes:/tmp/x/lib.so"
+    collected = TestIdentity(parity.format(label), parity.format(label), (("impl", label),))
+    listed = KnownFailure(parity.format("*"), False, "t", True, "*", "k:1")
+    gone = KnownFailure(parity.format("*").replace("empty", "gone"), False, "t", True, "*", "k:2")
+    assert stale_test_entries([listed, gone], [collected]) == [gone]
