@@ -241,6 +241,7 @@ def compare_envelopes(
     blocks: Sequence[oracle.Block] | Callable[[], Sequence[oracle.Block]] = (),
     block_ids: Sequence[int] = (),
     pool_dtype: str = "",
+    held_read_back: bool = False,
 ) -> None:
     """Byte-exact, or for v2 at the tolerant level: header, hashes, fills, scales exact, the
     CRC valid for the bytes written, and each e4m3 element the expected code or one step from
@@ -249,7 +250,7 @@ def compare_envelopes(
     (tlkv_conformance.diff.NAN_POLICIES; the CRC then follows the bytes written). `blocks`: what the
     writer held (in the pool's precision, past each fill included), or a function giving
     them (called only on a failure), `block_ids` the ids exported and `pool_dtype` the pool's,
-    for the diagnosis."""
+    for the diagnosis; `held_read_back` when the blocks were read back right just before."""
     if expected == actual or _only_nans_differ(expected, actual, nan):
         return
     evidence = EnvelopeEvidence(
@@ -258,6 +259,7 @@ def compare_envelopes(
         tuple(blocks() if callable(blocks) else blocks),
         tuple(block_ids),
         pool_dtype,
+        held_read_back,
     )
     if level == "tolerant" and len(expected) == len(actual):
         problem = _tolerant_problem(expected, actual, nan)

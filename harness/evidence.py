@@ -30,13 +30,16 @@ class HashEvidence:
 class EnvelopeEvidence:
     """An export differs from the oracle's envelope. `blocks`: what the writer was given, in
     the pool's precision, values past each fill included (absent where unknown); `block_ids`:
-    the ids exported, in the order asked, and `pool_dtype`: the exporting pool's (where known)."""
+    the ids exported, in the order asked, and `pool_dtype`: the exporting pool's (where known).
+    `held_read_back`: each block was read back as it should be just before the export, so what
+    the pool holds is known right (no mistake of its store explains the export)."""
 
     expected: bytes
     actual: bytes
     blocks: tuple[oracle.Block, ...] = ()
     block_ids: tuple[int, ...] = ()
     pool_dtype: str = ""
+    held_read_back: bool = False
 
 
 @dataclass(frozen=True, eq=False)

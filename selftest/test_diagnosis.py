@@ -553,6 +553,32 @@ def test_f16_zeros_and_subnormals_flushed() -> None:
     assert got.cause.id == "f16-subnormals-flushed"
 
 
+def test_a_v2_export_losing_negative_zero_is_the_store_or_the_e4m3_sign() -> None:
+    """-0.0 exported as the e4m3 code of +0.0 (00 for 80): a pool that stored it as +0.0, or
+    an e4m3 encoder taking the sign from x < 0; one of them, unless the blocks were read back
+    right just before the export: then the store is right, and the encoder is named."""
+    values = oracle.round_to_f16(_values())
+    values[0, 0, 0, 0, :3] = -0.0
+    blocks = _blocks(values=values)
+    expected = oracle.encode(GEOMETRY, blocks, 2)
+    plus = [
+        oracle.Block(b.block_hash, b.n_tokens, np.where(b.values == 0, F32(0), b.values))
+        for b in blocks
+    ]
+    actual = oracle.encode(GEOMETRY, plus, 2)
+    assert actual != expected
+    unsure = _diagnosed(EnvelopeEvidence(expected, actual, tuple(blocks)))
+    assert [c.id for c in unsure.causes] == [
+        "one-of:v2-negative-zero-unsigned+f16-negative-zero-flushed",
+        "v2-negative-zero-unsigned",
+        "f16-negative-zero-flushed",
+    ]
+    read_back = EnvelopeEvidence(expected, actual, tuple(blocks), held_read_back=True)
+    sure = _diagnosed(read_back)
+    assert [c.id for c in sure.causes] == ["v2-negative-zero-unsigned"]
+    assert sure.blamed == ("V2-E4M3",)
+
+
 def test_f16_truncation_in_an_export() -> None:
     """A pool that truncates what an import decoded: every differing value is one f16 step
     toward zero (the suite knows the pool's values only in f16 here)."""
@@ -824,6 +850,24 @@ def test_a_status_mixup_yields_to_any_crc_mistake_of_the_run(crc: str) -> None:
     # Without a CRC mistake in the run, the mix-up stays the cause.
     alone = diagnose_run({"geometry": geometry})
     assert [f.cause.id for f in alone.findings] == ["wrong-status:READ-GEOMETRY"]
+
+
+def test_a_status_mixup_is_withdrawn_when_valid_envelopes_get_that_status_too() -> None:
+    """A reader that refuses every envelope with EFORMAT (a magic compared over 5 bytes)
+    refuses a geometry case with EFORMAT too: no status mix-up of READ-GEOMETRY is shown, and
+    none is named (the case keeps its blame); another status leaves the mix-up standing."""
+    geometry = _diagnosed(
+        RefusalEvidence(frozenset({"READ-GEOMETRY"}), frozenset({"ESHAPE"}), "EFORMAT")
+    )
+    valid = _diagnosed(RefusalEvidence(frozenset(), frozenset(), "EFORMAT", b"x"), ["READ-ACCEPT"])
+    run = diagnose_run({"geometry": geometry, "valid": valid})
+    assert run.findings == []
+    settled = run.attributions["geometry"]
+    assert (settled.cause, settled.blamed) == (None, ("READ-GEOMETRY",))
+    assert "valid-refused:EFORMAT" in settled.note
+    other = _diagnosed(RefusalEvidence(frozenset(), frozenset(), "ENOMEM", b"x"), ["READ-ACCEPT"])
+    run = diagnose_run({"geometry": geometry, "valid": other})
+    assert [f.cause.id for f in run.findings] == ["wrong-status:READ-GEOMETRY"]
 
 
 def test_the_run_puts_the_cause_it_shows_most_first() -> None:

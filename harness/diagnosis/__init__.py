@@ -105,6 +105,7 @@ def _analyse(
             evidence.blocks,
             evidence.block_ids,
             evidence.pool_dtype,
+            evidence.held_read_back,
         )
     if isinstance(evidence, SizeEvidence):
         causes = []
@@ -285,6 +286,9 @@ def _refusal(ev: RefusalEvidence, probed: Cause | None) -> tuple[list[Cause], se
         yields = frozenset({"geometry-compared-wrongly"})
     # stopped before its rule by a property a reader over-enforces (the run shows which)
     yields |= envelope_properties(ev.envelope)
+    # A reader that refuses valid envelopes with this status too says nothing of the rule by it
+    # (withdrawn when the run shows that symptom: _withdraw_contradicted).
+    yields |= {VALID_REFUSED.format(code=ev.actual)}
     causes = [
         Cause(
             f"wrong-status:{rule}",
@@ -315,12 +319,15 @@ def diagnose_run(failures: Mapping[str, Attribution]) -> RunDiagnosis:
     reader whose CRC the export tests show wrong) becomes that cause's consequence, blamed on
     its requirements."""
     settled = _settle(dict(failures))
-    found = _findings(settled.items())
+    shown = frozenset(a.symptom for a in settled.values() if a.symptom)
+    found = _findings(settled.items(), shown)
     attributions = {}
     for test, attribution in settled.items():
         cause = _consequence_of(attribution, found)
         if cause is not None:
             attribution = replace(attribution, blamed=cause.reqs, consequence=cause.id)
+        else:
+            attribution = _withdrawn(attribution, shown)
         attributions[test] = attribution
     return RunDiagnosis(attributions, found)
 
@@ -341,21 +348,44 @@ def _settle(attributions: dict[str, Attribution]) -> dict[str, Attribution]:
     return settled
 
 
-def _findings(failures: Iterable[tuple[str, Attribution]]) -> list[Finding]:
+def _withdrawn(attribution: Attribution, shown: frozenset[str]) -> Attribution:
+    """The attribution without the causes that a symptom of the run contradicts (an exact id
+    of their `yields_to`): a rule's input refused with EFORMAT where ESHAPE is due is no sign
+    of the rule when valid envelopes are refused with EFORMAT too. The failure keeps its blame,
+    with a note saying why no cause is named."""
+    contradicted = sorted({y for c in attribution.causes for y in c.yields_to & shown})
+    if not contradicted:
+        return attribution
+    return replace(
+        attribution,
+        causes=tuple(c for c in attribution.causes if not c.yields_to & shown),
+        note=f"the run also shows {', '.join(contradicted)}: what this failure shows is no "
+        "sign of the mistake it would otherwise name",
+    )
+
+
+def _findings(
+    failures: Iterable[tuple[str, Attribution]], shown: frozenset[str] = frozenset()
+) -> list[Finding]:
     """A run's probable causes, most tests first: each with the failures whose own evidence
-    shows it and those whose symptom it explains (their consequences)."""
+    shows it and those whose symptom it explains (their consequences). A cause yielding to
+    another of the run's causes, or to a symptom `shown` by its failures, is none of them."""
     failures = list(failures)
     present = {a.cause.id for _, a in failures if a.cause is not None}
+
+    def yields(cause: Cause) -> bool:
+        return bool(cause.yields_to & shown) or any(cause.yields_to_cause(p) for p in present)
+
     found: dict[str, Finding] = {}
     for test, attribution in failures:
         cause = attribution.cause
-        if cause is not None and not any(cause.yields_to_cause(p) for p in present):
+        if cause is not None and not yields(cause):
             finding = found.setdefault(cause.id, Finding(cause))
             if not cause.reqs:  # an operation's fault: titled with the run's latest knowledge
                 finding.cause = replace(finding.cause, title=cause.title)
             finding.shown_by.append(test)
     for test, attribution in failures:
-        if attribution.cause is None or any(attribution.cause.yields_to_cause(p) for p in present):
+        if attribution.cause is None or yields(attribution.cause):
             explaining = _explaining(attribution, list(found.values()))
             if explaining is not None:
                 explaining.explains.append(test)

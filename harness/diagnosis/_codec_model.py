@@ -96,6 +96,8 @@ class Encoder:
     subnormals: str = RIGHT
     bias_offset: int = 0
     overflow: str = RIGHT
+    # "unsigned": the sign taken from x < 0 rather than from the sign bit, so -0.0 is +0
+    zero_sign: str = RIGHT
 
     def encode(self, fmt: Minifloat, x: np.ndarray) -> np.ndarray:
         """The codes (sign included) this encoder writes for the f32 values `x`."""
@@ -126,7 +128,8 @@ class Encoder:
         saturate = (self.overflow == "saturated") | np.asarray(inward)
         past = np.where(saturate, fmt.max_code, fmt.overflow_code)
         code = np.where(code > fmt.max_code, past, code)
-        code = code | np.where(negative, fmt.sign_bit, 0)
+        signed = negative if self.zero_sign == RIGHT else x < 0
+        code = code | np.where(signed, fmt.sign_bit, 0)
         # NaNs and infinities are no rounding's: the right codes for them
         return np.where(finite, code, fmt.right_codes(x))
 
@@ -150,6 +153,11 @@ class Encoder:
             return f"{p}-subnormals:{self.subnormals}", (
                 f"{fmt.name} subnormals {SUBNORMALS[self.subnormals][0]}"
             )
+        if self.zero_sign != RIGHT:
+            return f"{p}-negative-zero-unsigned", (
+                f"-0.0 written as the {fmt.name} code of +0.0 (the sign taken from x < 0, "
+                "not from the sign bit)"
+            )
         if self.bias_offset:
             bias = fmt.bias + self.bias_offset
             return f"{p}-exponent-bias:{bias}", (
@@ -164,11 +172,12 @@ class Encoder:
 def single_mistakes(fmt: Minifloat) -> list[Encoder]:
     """Every encoder one parameter away from the right one. An exponent bias off by one is an
     e4m3 encoder's only: written by hand, where f16 comes from a library or the hardware (and
-    values at twice or half their value in an f16 export are a decoder's as well)."""
+    values at twice or half their value in an f16 export are a decoder's as well); so is a sign
+    taken from x < 0 (an f16 store losing -0.0 has its own signatures)."""
     found = [Encoder(rounding=r) for r in ROUNDINGS if r != NEAREST_EVEN]
     found += [Encoder(subnormals=s) for s in SUBNORMALS if s != RIGHT]
     if fmt is E4M3:
-        found += [Encoder(bias_offset=-1), Encoder(bias_offset=1)]
+        found += [Encoder(bias_offset=-1), Encoder(bias_offset=1), Encoder(zero_sign="unsigned")]
     return [*found, Encoder(overflow="saturated")]
 
 

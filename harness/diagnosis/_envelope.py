@@ -121,10 +121,14 @@ def envelope_attribution(
     blocks: Sequence[oracle.Block],
     block_ids: Sequence[int] = (),
     pool_dtype: str = "",
+    held_read_back: bool = False,
 ) -> tuple[list[Cause], set[str], str]:
     """(causes, the requirements of the fields that differ, symptom) for an export `actual`
     where the oracle wrote `expected` from `blocks` (when known), the blocks `block_ids` of a
-    pool of `pool_dtype` (when known)."""
+    pool of `pool_dtype` (when known). A mistake of the pool's store (what it holds) is named
+    only where the blocks were not read back right first (`held_read_back`), and in a v2 export,
+    where the codes come from what the pool holds, alongside the e4m3 writer's mistakes that
+    give the same bytes ("one of"); in a v1 export the store and the f16 conversion are one."""
     if len(expected) != len(actual):
         return _length_causes(expected, actual), {"ENV-SIZE"}, ""
     try:
@@ -149,15 +153,24 @@ def envelope_attribution(
         ) or field_source_causes(expected, actual, offsets, _HEADER_REQS, pool_dtype)
     if not causes:
         causes = _padding_causes(shape, reqs)
-    if not causes and blocks:
-        causes = _held_value_causes(shape, actual, blocks)
-    if not causes and blocks:
-        if shape.version == 1:
-            causes = _v1_value_causes(shape, expected, actual)
-        else:
-            causes = _v2_numeric_causes(shape, expected, actual, blocks)
-    if blocks and (not causes or shape.version == 2):
-        causes = held_f16_causes(causes, shape.geometry, shape.version, actual, blocks)
+    if causes or not blocks:
+        return causes, reqs, ""
+    if shape.version == 1:
+        causes = _held_value_causes(shape, actual, blocks) or _v1_value_causes(
+            shape, expected, actual
+        )
+        if not causes:
+            causes = held_f16_causes(causes, shape.geometry, 1, actual, blocks)
+        return causes, reqs, ""
+    causes = _v2_numeric_causes(shape, expected, actual, blocks)
+    if not held_read_back:
+        causes = held_f16_causes(
+            [*causes, *_held_value_causes(shape, actual, blocks)],
+            shape.geometry,
+            2,
+            actual,
+            blocks,
+        )
     return causes, reqs, ""
 
 

@@ -101,6 +101,7 @@ class RoundtripCase(Case):
             lambda: [p.as_oracle_block() for p in self.blocks],
             ids,
             dtype,
+            held_read_back=True,
         )
         envelope = oracle.decode(data)
         target_pool = (self.geometry, n, n)  # all free, max_blocks as many
