@@ -16,6 +16,7 @@ from tlkv_conformance.adapters import Adapter, Chunk, ImplInfo, PoolHandle, Push
 from tlkv_conformance.diagnosis import Attribution, Cause, attribute, diagnose_run
 from tlkv_conformance.errors import Refused
 from tlkv_conformance.evidence import (
+    CountEvidence,
     EnvelopeEvidence,
     HashEvidence,
     KnownMistake,
@@ -799,6 +800,15 @@ def test_read_past_fill_and_padding_kept() -> None:
 
 
 # -- refusals and the run-level view ----------------------------------------------------------
+
+
+def test_more_blocks_free_after_releases_is_the_count() -> None:
+    """More blocks free after releases than due, with no block shown freed while held (the
+    pool-script case checks that by finding each): the count moved, and says no more."""
+    got = _diagnosed(CountEvidence(1, 2, True), ["POOL-REFS", "POOL-FIND"])
+    assert (got.cause.id, got.blamed) == ("free-count", ("POOL-REFS",))
+    fewer = _diagnosed(CountEvidence(2, 1, True), ["POOL-REFS"])
+    assert fewer.cause.id == "release-not-freed"
 
 
 def test_refusals() -> None:

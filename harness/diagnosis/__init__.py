@@ -149,16 +149,20 @@ def _analyse(
         )
         return [cause], set(evidence.reqs), ""
     if isinstance(evidence, CountEvidence):
+        free_count = (
+            "free-count",
+            "the free-block count moves by another number than the blocks allocated or freed",
+        )
         if not evidence.released:  # a write or an import allocated another number
             counted = ("POOL-REFS", "POOL-WRITE-READ", "READ-ACCEPT")
             reqs = tuple(r for r in cited if r in counted) or counted
-            cause = Cause(
-                "free-count",
-                "the free-block count moves by another number than the blocks allocated",
-                reqs,
-                f"free blocks {evidence.actual}, {evidence.expected} due",
-            )
-            return [cause], set(reqs), ""
+            detail = f"free blocks {evidence.actual}, {evidence.expected} due"
+            return [Cause(*free_count, reqs, detail)], set(reqs), ""
+        if evidence.actual > evidence.expected:
+            # more free after releases, and no block shown freed while held (the case checks
+            # which were, _freed_while_held): the count alone moved
+            detail = f"free blocks {evidence.actual} after releases, {evidence.expected} due"
+            return [Cause(*free_count, ("POOL-REFS",), detail)], {"POOL-REFS"}, ""
         causes = []
         if evidence.actual < evidence.expected:
             causes.append(

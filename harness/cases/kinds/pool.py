@@ -16,7 +16,7 @@ from ...checks import (
     in_pool_precision,
     refused_with,
 )
-from ...errors import Refused
+from ...errors import ImplementationFault, NotObservable, Refused
 from ...evidence import (
     NOT_HELD,
     CountEvidence,
@@ -175,9 +175,9 @@ class _PoolScript:
         self.alive: dict[str, PoolHandle] = {}
         self.in_use = FIRST_POOL
         self._use(FIRST_POOL)
-        # pool name -> the hashes it registered (written, imported, released after): what a
-        # registry shared between pools confuses
-        self.hashes: dict[str, set[int]] = {}
+        # pool name -> the hashes it registered (written, imported, released after), each with
+        # the block that registered it first: what a registry shared between pools confuses
+        self.hashes: dict[str, dict[int, int]] = {}
         self.nan = nan
         self.ids: dict[str, int] = {}
         self.plans: dict[str, BlockPlan] = {}
@@ -207,15 +207,23 @@ class _PoolScript:
     def _destroy(self, name: str) -> None:
         self.alive.pop(name).close()
 
-    def _registered(self, block_hash: int) -> None:
+    def _registered(self, block_hash: int, block: int) -> None:
         if block_hash:
-            self.hashes.setdefault(self.in_use, set()).add(block_hash)
+            self.hashes.setdefault(self.in_use, {}).setdefault(block_hash, block)
 
-    def _shared_registry(self, block_hash: int, seen: str) -> KnownMistake | None:
+    def _shared_registry(
+        self, block_hash: int, seen: str, answered: int | None = None
+    ) -> KnownMistake | None:
         """The mistake to name when this pool's find answers wrongly for a hash that another
-        pool of the case registered (alive or destroyed, released there or not)."""
+        pool of the case registered (alive or destroyed, released there or not). Where find
+        `answered` a block, only when that is the other pool's block of the hash: another
+        answer is no sign of the other pool's registry."""
         others = sorted(
-            name for name, held in self.hashes.items() if block_hash in held and name != self.in_use
+            name
+            for name, held in self.hashes.items()
+            if block_hash in held
+            and name != self.in_use
+            and (answered is None or held[block_hash] == answered)
         )
         if not others:
             return None
@@ -256,7 +264,7 @@ class _PoolScript:
             if mistake := self._registered_hash_refused(plan.block_hash, refusal.code):
                 raise CaseFailure(f"write refused with {refusal.code}", mistake) from None
             raise
-        self._registered(plan.block_hash)
+        self._registered(plan.block_hash, block)
         if plan.label:
             self.ids[plan.label] = block
             self.plans[plan.label] = plan
@@ -264,7 +272,7 @@ class _PoolScript:
     def _registered_hash_refused(self, block_hash: int, code: str) -> KnownMistake | None:
         """The mistake to name when a write is refused whose hash a block of this pool holds
         registered (written before and not released)."""
-        held = self.hashes.get(self.in_use, set())
+        held = self.hashes.get(self.in_use, {})
         if not block_hash or block_hash not in held or (self.in_use, block_hash) in self.released:
             return None
         return KnownMistake(
@@ -359,8 +367,15 @@ class _PoolScript:
                     shared,
                 ) from None
             imported = expect in self.imported
+            message = f"find({block_hash:#x}) refused with {refusal.code}, expected block {expect}"
+            # Retained or released since it was stored, its hash may have been registered and
+            # lost since (a release unregistering it while a reference is left): that it was
+            # never registered is not shown.
+            touched = (self.in_use, expect) in self.references
+            if touched or (self.in_use, block_hash) in self.released:
+                raise CaseFailure(message) from None
             raise CaseFailure(
-                f"find({block_hash:#x}) refused with {refusal.code}, expected block {expect}",
+                message,
                 KnownMistake(
                     "import-not-registered" if imported else "write-not-registered",
                     f"{'imported' if imported else 'written'} blocks stored but their hashes "
@@ -380,7 +395,8 @@ class _PoolScript:
             if permuted is not None:
                 message += f": {import_order_message(self.last_import[1], permuted)}"
             raise CaseFailure(
-                message, self._shared_registry(block_hash, f"answered block {found}") or permuted
+                message,
+                self._shared_registry(block_hash, f"answered block {found}", found) or permuted,
             )
 
     def _import_order(self) -> OrderEvidence | None:
@@ -403,14 +419,27 @@ class _PoolScript:
                 (self._freed_while_held() if got > expected else None) or evidence,
             )
 
+    def _still_found(self, label: str) -> bool:
+        """Whether find answers the block by its hash (a probe of the failed case: any other
+        answer, a refusal or a fault, is not)."""
+        plan = self.plans.get(label)
+        if plan is None or not plan.block_hash:
+            return False
+        try:
+            return self.pool.find(plan.block_hash) == self.block(label)
+        except (Refused, ImplementationFault, NotObservable):
+            return False
+
     def _freed_while_held(self) -> KnownMistake | None:
         """Which counting mistake frees a retained block too early, when the block's history
         tells them apart: freed by the first release though three references were held (the
         retains were not counted), or by a later one while one reference was left."""
+        # A block found by its hash is still held, whatever the count says: freeing it is not
+        # shown (a count moved at each release, say).
         held = [
             (refs, releases)
-            for (pool, _), (refs, releases) in self.references.items()
-            if pool == self.in_use and refs > 0 and releases > 0
+            for (pool, label), (refs, releases) in self.references.items()
+            if pool == self.in_use and refs > 0 and releases > 0 and not self._still_found(label)
         ]
         if any(refs >= 2 and releases == 1 for refs, releases in held):
             return KnownMistake(
@@ -492,8 +521,8 @@ class _PoolScript:
         ids = action()
         envelope = oracle.decode(arg["data"], oracle.ReaderProfile(self.pool.geometry))
         self.last_import = (self.in_use, ids, envelope.records)
-        for record in envelope.records:
-            self._registered(record.block_hash)
+        for record, block in zip(envelope.records, ids, strict=False):
+            self._registered(record.block_hash, block)
         for label, block, record in zip(arg.get("as", []), ids, envelope.records, strict=False):
             self.ids[label] = block
             self.imported.add(label)
