@@ -580,6 +580,27 @@ def test_a_v2_export_losing_negative_zero_is_the_store_or_the_e4m3_sign() -> Non
     assert sure.blamed == ("V2-E4M3",)
 
 
+def test_zeroed_values_are_no_sign_of_a_flushed_negative_zero() -> None:
+    """Values read back as +0.0 are "-0.0 flushed" only when each of them was -0.0 (or an f16
+    subnormal: both flushed): a normal value zeroed too (a fill that cut the wrong axis) is
+    another mistake, which it does not explain."""
+    values = oracle.round_to_f16(_values())
+    values[0, 0, 0, 0, 0] = -0.0
+    blocks = _blocks(values=values)
+    zeroed = values.copy()
+    zeroed[0, 0, 0, 0, :2] = 0.0  # the -0.0 and a normal value
+    assert values[0, 0, 0, 0, 1] != 0
+    got = attribute(
+        EnvelopeEvidence(
+            oracle.encode(GEOMETRY, blocks, 1),
+            _body(1, blocks, oracle.encode_payload(GEOMETRY, 1, 4, zeroed)),
+            tuple(blocks),
+        ),
+        [],
+    )
+    assert "f16-negative-zero-flushed" not in [c.id for c in got.causes]
+
+
 def test_f16_truncation_in_an_export() -> None:
     """A pool that truncates what an import decoded: every differing value is one f16 step
     toward zero (the suite knows the pool's values only in f16 here)."""

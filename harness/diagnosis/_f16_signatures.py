@@ -39,25 +39,28 @@ def f16_causes(want: np.ndarray, got: np.ndarray, how: str) -> list[Cause]:
                 f"as {int(g[0]):#06x}",
             )
         ]
-    if (g == 0).all():
-        if (w == 0x8000).any():
+    # Each names values that are all of its kind: a zeroed normal value is no sign of it.
+    negative_zero, subnormal = w == 0x8000, (w_exp == 0) & (w_man != 0)
+    if (g == 0).all() and (negative_zero | subnormal).all():
+        if negative_zero.any():
             return [
                 Cause(
                     "f16-negative-zero-flushed",
-                    "-0.0 stored as +0.0",
+                    "-0.0 stored as +0.0"
+                    if negative_zero.all()
+                    else "-0.0 and f16 subnormals stored as +0.0",
                     ("V1-F16",),
                     f"-0.0 (80 00) {how} as +0.0 (00 00)",
                 )
             ]
-        if ((w_exp == 0) & (w_man != 0)).all():
-            return [
-                Cause(
-                    "f16-subnormals-flushed",
-                    "f16 subnormals flushed to zero",
-                    ("V1-F16",),
-                    f"{int(diff.sum())} subnormal values {how} as +0.0",
-                )
-            ]
+        return [
+            Cause(
+                "f16-subnormals-flushed",
+                "f16 subnormals flushed to zero",
+                ("V1-F16",),
+                f"{int(diff.sum())} subnormal values {how} as +0.0",
+            )
+        ]
     toward_zero = ((g & 0x8000) == (w & 0x8000)) & (
         (g & 0x7FFF).astype(np.int32) == (w & 0x7FFF) - 1
     )
