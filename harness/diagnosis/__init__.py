@@ -291,7 +291,7 @@ def _refusal(ev: RefusalEvidence, probed: Cause | None) -> tuple[list[Cause], se
     # stopped before its rule by a property a reader over-enforces (the run shows which)
     yields |= envelope_properties(ev.envelope)
     # A reader that refuses valid envelopes with this status too says nothing of the rule by it
-    # (withdrawn when the run shows that symptom: _withdraw_contradicted).
+    # (withdrawn when the run shows that symptom: `_withdrawn`).
     yields |= {VALID_REFUSED.format(code=ev.actual)}
     causes = [
         Cause(
