@@ -9,6 +9,7 @@ import struct
 import zlib
 from dataclasses import replace
 
+import ml_dtypes
 import numpy as np
 import pytest
 from tlkv_conformance import oracle
@@ -712,12 +713,60 @@ def test_v2_amax_over_unfilled_positions() -> None:
     values = oracle.round_to_f16(_values())
     values[..., 2:, :] *= 10  # larger values past the fill (a reused slot)
     blocks = _blocks(fill=2, values=values)
+    values = blocks[0].values  # as the pool holds them (x10 is not always an f16)
     amax_all = np.abs(values).max(axis=(-2, -1)).astype(F32)
     scales = (amax_all / F32(448)).astype(F32)
     codes = np.zeros(GEOMETRY.values_shape, dtype=np.uint8)
     codes[..., :2, :] = _e4m3((values[..., :2, :] / scales[..., None, None]).astype(F32))
     got = _envelope_case(2, codes.tobytes() + scales.astype("<f4").tobytes(), blocks)
     assert (got.cause.id, got.blamed) == ("v2-amax-over-unfilled", ("V2-SCALE",))
+
+
+def _payload_scaled(values: np.ndarray, fill: int, scales: np.ndarray) -> bytes:
+    """A v2 payload of `values`' filled positions encoded right with the scales given."""
+    codes = np.zeros(GEOMETRY.values_shape, dtype=np.uint8)
+    codes[..., :fill, :] = _e4m3((values[..., :fill, :] / scales[..., None, None]).astype(F32))
+    return codes.tobytes() + scales.astype("<f4").tobytes()
+
+
+def test_v2_amax_over_a_reused_slot_names_the_released_values() -> None:
+    # The slot held a released block of larger values; the block written over it fills 2 of
+    # its positions, and the pool kept the rest: amax is taken over what the slot holds.
+    blocks = _blocks(fill=2)
+    released = oracle.Block(0x99, GEOMETRY.block_tokens, oracle.round_to_f16(_values(10.0)))
+    slot = blocks[0].values.copy()
+    slot[..., 2:, :] = released.values[..., 2:, :]
+    scales = (np.abs(slot).max(axis=(-2, -1)) / F32(448)).astype(F32)
+    actual = _body(2, blocks, _payload_scaled(blocks[0].values, 2, scales))
+    expected = oracle.encode(GEOMETRY, blocks, 2)
+    named = _diagnosed(EnvelopeEvidence(expected, actual, tuple(blocks), released=(released,)))
+    assert (named.cause.id, named.blamed) == ("v2-amax-over-unfilled", ("V2-SCALE",))
+    # Without the released block the evidence does not explain these scales: no name.
+    unknown = _diagnosed(EnvelopeEvidence(expected, actual, tuple(blocks)))
+    assert unknown.cause is None
+
+
+def test_v2_scale_larger_than_any_slot_amax_names_nothing() -> None:
+    # Scales 1.5 times due, codes consistent with them: no amax over any slot gives them.
+    blocks = _blocks(fill=2)
+    filled = blocks[0].values[..., :2, :]
+    scales = (np.abs(filled).max(axis=(-2, -1)) / F32(448) * F32(1.5)).astype(F32)
+    got = _envelope_case(2, _payload_scaled(blocks[0].values, 2, scales), blocks)
+    assert got.cause is None
+
+
+@pytest.mark.parametrize(
+    ("narrow", "cause_id"),
+    [(np.float16, "v2-scale-rounded:f16"), (ml_dtypes.bfloat16, "v2-scale-rounded:bf16")],
+)
+def test_v2_scale_rounded_to_a_narrower_format(narrow, cause_id: str) -> None:
+    blocks = _blocks(fill=GEOMETRY.block_tokens)
+    amax = np.abs(blocks[0].values).max(axis=(-2, -1)).astype(F32)
+    scales = (amax / F32(448)).astype(narrow).astype(F32)  # numpy / ml_dtypes round to nearest
+    assert (scales != (amax / F32(448)).astype(F32)).any()
+    payload = _payload_scaled(blocks[0].values, GEOMETRY.block_tokens, scales)
+    got = _envelope_case(2, payload, blocks)
+    assert (got.cause.id, got.blamed) == (cause_id, ("V2-SCALE",))
 
 
 def _tie_rounded_to_even(amax: float, x: float, up: float) -> Attribution:

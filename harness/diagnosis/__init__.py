@@ -106,6 +106,7 @@ def _analyse(
             evidence.block_ids,
             evidence.pool_dtype,
             evidence.held_read_back,
+            evidence.released,
         )
     if isinstance(evidence, SizeEvidence):
         causes = []
