@@ -134,6 +134,11 @@ class KnownMistake:
     # A chunk's payload and the crc32c field a prefill client gave it, where the field is
     # wrong: the diagnosis recomputes how it was computed.
     chunk_crc: tuple[bytes, int] | None = None
+    # Where find refused a hash (an import's or a write's not registered, a registry shared
+    # between pools): the pool's geometry, so that the diagnosis names the cause only where
+    # its registry probe in a new pool of it answers as the cause says (find may miss that one
+    # hash or that one block for another reason).
+    registry_probe: oracle.Geometry | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -1017,6 +1017,95 @@ class _Reader(Adapter):
         return _Pool(self, capacity)
 
 
+class _RegistryPool(PoolHandle):
+    """A pool handing out ids from 0 whose registry has one mistake (`_Registering`)."""
+
+    dtype = "f32"
+
+    def __init__(self, owner: _Registering, capacity: int) -> None:
+        super().__init__(GEOMETRY, capacity)
+        self.owner, self.registry, self.next = owner, {}, 0
+
+    def _allocate(self) -> int:
+        self.next += 1
+        return self.next - 1
+
+    def write(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int:
+        block = self._allocate()
+        if self.owner.mistake != "write-registers-nothing":
+            self.registry[block_hash] = block
+        return block
+
+    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
+        blocks = []
+        for record in oracle.decode(data).records:
+            blocks.append(self._allocate())
+            if self.owner.mistake == "import-registers-nothing":
+                continue
+            signed = self.owner.mistake == "signed-hash" and record.block_hash >= 2**63
+            self.registry[record.block_hash - 2**64 if signed else record.block_hash] = blocks[-1]
+        return blocks
+
+    def find(self, block_hash: int) -> int:
+        block = self.registry.get(block_hash)
+        if block is None or (self.owner.mistake == "block-zero-falsy" and block == 0):
+            raise Refused("ENOTFOUND", "find")
+        return block
+
+    def release(self, block: int) -> None:
+        self.owner.released += 1
+
+    def free_blocks(self) -> int:
+        raise NotImplementedError
+
+    read = export_bytes = export = free_blocks  # type: ignore[assignment]
+
+
+class _Registering(Adapter):
+    def __init__(self, mistake: str) -> None:
+        super().__init__("registering")
+        self.mistake, self.released = mistake, 0
+
+    def info(self) -> ImplInfo:
+        return ImplInfo(frozenset({1}), frozenset({1}), "f32")
+
+    def block_hash(self, parent: int, tokens: list[int]) -> int:
+        raise NotImplementedError
+
+    def open_pool(self, geometry: oracle.Geometry, capacity: int) -> PoolHandle:
+        return _RegistryPool(self, capacity)
+
+
+@pytest.mark.parametrize(
+    ("mistake", "named"),
+    [
+        ("import-registers-nothing", "import-not-registered"),
+        ("write-registers-nothing", "write-not-registered"),
+        ("", "registry-shared-between-pools"),
+        ("block-zero-falsy", None),
+        ("signed-hash", None),
+    ],
+)
+def test_a_refused_find_is_named_only_where_the_registry_probe_answers_as_its_cause(
+    mistake: str, named: str | None
+) -> None:
+    # find refused a hash: an import or a write that registers nothing, another pool's
+    # registry, a find that misses block 0, an import that reads hashes of 2^63 and more as
+    # signed all give that; the probe's four blocks tell them apart.
+    for cause_id in (
+        "import-not-registered",
+        "write-not-registered",
+        "registry-shared-between-pools",
+    ):
+        refused = KnownMistake(cause_id, cause_id, ("READ-ACCEPT",), registry_probe=GEOMETRY)
+        implementation = _Registering(mistake)
+        got = attribute(refused, ["READ-ACCEPT"], implementation)
+        assert (got.cause.id if got.cause else None) == (cause_id if cause_id == named else None)
+        assert implementation.released == 4  # the probe's blocks, given back
+        # Nothing to probe: nothing named.
+        assert attribute(refused, ["READ-ACCEPT"]).cause is None
+
+
 @pytest.mark.parametrize("mistake", sorted(CRC_MISTAKES))
 def test_a_valid_envelope_refused_is_probed_for_the_reader_crc(mistake: str) -> None:
     envelope = oracle.encode(GEOMETRY, _blocks(), 1)
