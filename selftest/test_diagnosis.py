@@ -1542,6 +1542,17 @@ def test_v2_scale_of_another_divisor() -> None:
     assert got.cause.title == "scale = amax / 256 instead of amax / 448"
 
 
+def test_v2_scale_divisor_needs_a_second_slab_to_confirm_it() -> None:
+    """One slab of non-zero values, the rest all zero (scale 1.0): its scale alone fits
+    amax / d for some d, whatever the writer did, so no divisor is named."""
+    values = np.zeros(GEOMETRY.values_shape, dtype=F32)
+    values[0, 0, 0] = oracle.round_to_f16(_values())[0, 0, 0]
+    amax = np.abs(values[..., :4, :]).max(axis=(-2, -1))
+    scales = np.where(amax == 0, F32(1), amax / F32(256)).astype(F32)
+    got = _written_with_scales(values, scales)
+    assert got.cause is None or not got.cause.id.startswith("v2-scale-divisor")
+
+
 def test_v2_decoder_bias_and_division() -> None:
     """Values read back from a v2 import: normal codes decoded at half their value (bias 8),
     subnormal codes as they are; or every value divided by its slab's scale."""
