@@ -250,8 +250,9 @@ def code_causes(
         return [
             Cause(
                 "v2-nan-at-the-top",
-                "a quotient just over 448 encoded as NaN instead of 0x7E (saturation check "
-                "before rounding)",
+                "values due e4m3's largest code 0x7E (448) encoded as NaN: the overflow test "
+                "takes the top of the range for overflow (checked before rounding, or 448 "
+                "itself counted as over)",
                 ("V2-NOSAT",),
                 f"{int(differ.sum())} elements written as NaN (7f/ff) where 7e/fe is due",
             )
