@@ -334,6 +334,7 @@ def _check_registered(pool: PoolHandle, block_hash: int, where: str) -> None:
                 ("READ-ACCEPT",),
                 f"find({block_hash:#x}) refused with {refusal.code} after import",
                 yields_to=NOT_HELD,
+                registry_probe=pool.geometry,
             ),
         ) from None
     if pool.read(found).block_hash != block_hash:

@@ -242,6 +242,7 @@ def compare_envelopes(
     block_ids: Sequence[int] = (),
     pool_dtype: str = "",
     held_read_back: bool = False,
+    released: Sequence[oracle.Block] = (),
 ) -> None:
     """Byte-exact, or for v2 at the tolerant level: header, hashes, fills, scales exact, the
     CRC valid for the bytes written, and each e4m3 element the expected code or one step from
@@ -250,7 +251,8 @@ def compare_envelopes(
     (tlkv_conformance.diff.NAN_POLICIES; the CRC then follows the bytes written). `blocks`: what the
     writer held (in the pool's precision, past each fill included), or a function giving
     them (called only on a failure), `block_ids` the ids exported and `pool_dtype` the pool's,
-    for the diagnosis; `held_read_back` when the blocks were read back right just before."""
+    for the diagnosis; `held_read_back` when the blocks were read back right just before;
+    `released`: the blocks written and released before (what a reused slot may hold)."""
     if expected == actual or _only_nans_differ(expected, actual, nan):
         return
     evidence = EnvelopeEvidence(
@@ -260,6 +262,7 @@ def compare_envelopes(
         tuple(block_ids),
         pool_dtype,
         held_read_back,
+        tuple(released),
     )
     if level == "tolerant" and len(expected) == len(actual):
         problem = _tolerant_problem(expected, actual, nan)

@@ -32,7 +32,9 @@ class EnvelopeEvidence:
     the pool's precision, values past each fill included (absent where unknown); `block_ids`:
     the ids exported, in the order asked, and `pool_dtype`: the exporting pool's (where known).
     `held_read_back`: each block was read back as it should be just before the export, so what
-    the pool holds is known right (no mistake of its store explains the export)."""
+    the pool holds is known right (no mistake of its store explains the export).
+    `released`: blocks written and released before the export (in the pool's precision),
+    whose slots the exported blocks may reuse."""
 
     expected: bytes
     actual: bytes
@@ -40,6 +42,7 @@ class EnvelopeEvidence:
     block_ids: tuple[int, ...] = ()
     pool_dtype: str = ""
     held_read_back: bool = False
+    released: tuple[oracle.Block, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,6 +134,11 @@ class KnownMistake:
     # A chunk's payload and the crc32c field a prefill client gave it, where the field is
     # wrong: the diagnosis recomputes how it was computed.
     chunk_crc: tuple[bytes, int] | None = None
+    # Where find refused a hash (an import's or a write's not registered, a registry shared
+    # between pools): the pool's geometry, so that the diagnosis names the cause only where
+    # its registry probe in a new pool of it answers as the cause says (find may miss that one
+    # hash or that one block for another reason).
+    registry_probe: oracle.Geometry | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,6 +9,7 @@ import struct
 import zlib
 from dataclasses import replace
 
+import ml_dtypes
 import numpy as np
 import pytest
 from tlkv_conformance import oracle
@@ -712,12 +713,60 @@ def test_v2_amax_over_unfilled_positions() -> None:
     values = oracle.round_to_f16(_values())
     values[..., 2:, :] *= 10  # larger values past the fill (a reused slot)
     blocks = _blocks(fill=2, values=values)
+    values = blocks[0].values  # as the pool holds them (x10 is not always an f16)
     amax_all = np.abs(values).max(axis=(-2, -1)).astype(F32)
     scales = (amax_all / F32(448)).astype(F32)
     codes = np.zeros(GEOMETRY.values_shape, dtype=np.uint8)
     codes[..., :2, :] = _e4m3((values[..., :2, :] / scales[..., None, None]).astype(F32))
     got = _envelope_case(2, codes.tobytes() + scales.astype("<f4").tobytes(), blocks)
     assert (got.cause.id, got.blamed) == ("v2-amax-over-unfilled", ("V2-SCALE",))
+
+
+def _payload_scaled(values: np.ndarray, fill: int, scales: np.ndarray) -> bytes:
+    """A v2 payload of `values`' filled positions encoded right with the scales given."""
+    codes = np.zeros(GEOMETRY.values_shape, dtype=np.uint8)
+    codes[..., :fill, :] = _e4m3((values[..., :fill, :] / scales[..., None, None]).astype(F32))
+    return codes.tobytes() + scales.astype("<f4").tobytes()
+
+
+def test_v2_amax_over_a_reused_slot_names_the_released_values() -> None:
+    # The slot held a released block of larger values; the block written over it fills 2 of
+    # its positions, and the pool kept the rest: amax is taken over what the slot holds.
+    blocks = _blocks(fill=2)
+    released = oracle.Block(0x99, GEOMETRY.block_tokens, oracle.round_to_f16(_values(10.0)))
+    slot = blocks[0].values.copy()
+    slot[..., 2:, :] = released.values[..., 2:, :]
+    scales = (np.abs(slot).max(axis=(-2, -1)) / F32(448)).astype(F32)
+    actual = _body(2, blocks, _payload_scaled(blocks[0].values, 2, scales))
+    expected = oracle.encode(GEOMETRY, blocks, 2)
+    named = _diagnosed(EnvelopeEvidence(expected, actual, tuple(blocks), released=(released,)))
+    assert (named.cause.id, named.blamed) == ("v2-amax-over-unfilled", ("V2-SCALE",))
+    # Without the released block the evidence does not explain these scales: no name.
+    unknown = _diagnosed(EnvelopeEvidence(expected, actual, tuple(blocks)))
+    assert unknown.cause is None
+
+
+def test_v2_scale_larger_than_any_slot_amax_names_nothing() -> None:
+    # Scales 1.5 times due, codes consistent with them: no amax over any slot gives them.
+    blocks = _blocks(fill=2)
+    filled = blocks[0].values[..., :2, :]
+    scales = (np.abs(filled).max(axis=(-2, -1)) / F32(448) * F32(1.5)).astype(F32)
+    got = _envelope_case(2, _payload_scaled(blocks[0].values, 2, scales), blocks)
+    assert got.cause is None
+
+
+@pytest.mark.parametrize(
+    ("narrow", "cause_id"),
+    [(np.float16, "v2-scale-rounded:f16"), (ml_dtypes.bfloat16, "v2-scale-rounded:bf16")],
+)
+def test_v2_scale_rounded_to_a_narrower_format(narrow, cause_id: str) -> None:
+    blocks = _blocks(fill=GEOMETRY.block_tokens)
+    amax = np.abs(blocks[0].values).max(axis=(-2, -1)).astype(F32)
+    scales = (amax / F32(448)).astype(narrow).astype(F32)  # numpy / ml_dtypes round to nearest
+    assert (scales != (amax / F32(448)).astype(F32)).any()
+    payload = _payload_scaled(blocks[0].values, GEOMETRY.block_tokens, scales)
+    got = _envelope_case(2, payload, blocks)
+    assert (got.cause.id, got.blamed) == (cause_id, ("V2-SCALE",))
 
 
 def _tie_rounded_to_even(amax: float, x: float, up: float) -> Attribution:
@@ -966,6 +1015,95 @@ class _Reader(Adapter):
         assert geometry == GEOMETRY
         self.open_pools += 1
         return _Pool(self, capacity)
+
+
+class _RegistryPool(PoolHandle):
+    """A pool handing out ids from 0 whose registry has one mistake (`_Registering`)."""
+
+    dtype = "f32"
+
+    def __init__(self, owner: _Registering, capacity: int) -> None:
+        super().__init__(GEOMETRY, capacity)
+        self.owner, self.registry, self.next = owner, {}, 0
+
+    def _allocate(self) -> int:
+        self.next += 1
+        return self.next - 1
+
+    def write(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int:
+        block = self._allocate()
+        if self.owner.mistake != "write-registers-nothing":
+            self.registry[block_hash] = block
+        return block
+
+    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
+        blocks = []
+        for record in oracle.decode(data).records:
+            blocks.append(self._allocate())
+            if self.owner.mistake == "import-registers-nothing":
+                continue
+            signed = self.owner.mistake == "signed-hash" and record.block_hash >= 2**63
+            self.registry[record.block_hash - 2**64 if signed else record.block_hash] = blocks[-1]
+        return blocks
+
+    def find(self, block_hash: int) -> int:
+        block = self.registry.get(block_hash)
+        if block is None or (self.owner.mistake == "block-zero-falsy" and block == 0):
+            raise Refused("ENOTFOUND", "find")
+        return block
+
+    def release(self, block: int) -> None:
+        self.owner.released += 1
+
+    def free_blocks(self) -> int:
+        raise NotImplementedError
+
+    read = export_bytes = export = free_blocks  # type: ignore[assignment]
+
+
+class _Registering(Adapter):
+    def __init__(self, mistake: str) -> None:
+        super().__init__("registering")
+        self.mistake, self.released = mistake, 0
+
+    def info(self) -> ImplInfo:
+        return ImplInfo(frozenset({1}), frozenset({1}), "f32")
+
+    def block_hash(self, parent: int, tokens: list[int]) -> int:
+        raise NotImplementedError
+
+    def open_pool(self, geometry: oracle.Geometry, capacity: int) -> PoolHandle:
+        return _RegistryPool(self, capacity)
+
+
+@pytest.mark.parametrize(
+    ("mistake", "named"),
+    [
+        ("import-registers-nothing", "import-not-registered"),
+        ("write-registers-nothing", "write-not-registered"),
+        ("", "registry-shared-between-pools"),
+        ("block-zero-falsy", None),
+        ("signed-hash", None),
+    ],
+)
+def test_a_refused_find_is_named_only_where_the_registry_probe_answers_as_its_cause(
+    mistake: str, named: str | None
+) -> None:
+    # find refused a hash: an import or a write that registers nothing, another pool's
+    # registry, a find that misses block 0, an import that reads hashes of 2^63 and more as
+    # signed all give that; the probe's four blocks tell them apart.
+    for cause_id in (
+        "import-not-registered",
+        "write-not-registered",
+        "registry-shared-between-pools",
+    ):
+        refused = KnownMistake(cause_id, cause_id, ("READ-ACCEPT",), registry_probe=GEOMETRY)
+        implementation = _Registering(mistake)
+        got = attribute(refused, ["READ-ACCEPT"], implementation)
+        assert (got.cause.id if got.cause else None) == (cause_id if cause_id == named else None)
+        assert implementation.released == 4  # the probe's blocks, given back
+        # Nothing to probe: nothing named.
+        assert attribute(refused, ["READ-ACCEPT"]).cause is None
 
 
 @pytest.mark.parametrize("mistake", sorted(CRC_MISTAKES))
@@ -1402,6 +1540,17 @@ def test_v2_scale_of_another_divisor() -> None:
     got = _written_with_scales(values, (amax / F32(256)).astype(F32))
     assert (got.cause.id, got.blamed) == ("v2-scale-divisor:256", ("V2-SCALE",))
     assert got.cause.title == "scale = amax / 256 instead of amax / 448"
+
+
+def test_v2_scale_divisor_needs_a_second_slab_to_confirm_it() -> None:
+    """One slab of non-zero values, the rest all zero (scale 1.0): its scale alone fits
+    amax / d for some d, whatever the writer did, so no divisor is named."""
+    values = np.zeros(GEOMETRY.values_shape, dtype=F32)
+    values[0, 0, 0] = oracle.round_to_f16(_values())[0, 0, 0]
+    amax = np.abs(values[..., :4, :]).max(axis=(-2, -1))
+    scales = np.where(amax == 0, F32(1), amax / F32(256)).astype(F32)
+    got = _written_with_scales(values, scales)
+    assert got.cause is None or not got.cause.id.startswith("v2-scale-divisor")
 
 
 def test_v2_decoder_bias_and_division() -> None:

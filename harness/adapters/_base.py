@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -188,6 +189,36 @@ class Adapter(abc.ABC):
                 with contextlib.suppress(Refused, ImplementationFault, NotObservable):
                     pool.release(block)
         return None
+
+    def probe_find_after(
+        self,
+        geometry: Geometry,
+        written: Sequence[tuple[int, int, np.ndarray]],
+        data: bytes,
+        hashes: Sequence[int],
+    ) -> list[bool]:
+        """The diagnosis' registry probe, made after a test has failed like `probe_import`
+        (docs/diagnosis.md, "An imported hash that find refuses"): a new pool of `geometry`,
+        with room for `written` and `data`'s blocks, has each of `written` (hash, n_tokens,
+        values) written in turn, then `data` imported (the blocks of `hashes`); for each block
+        written, then each imported, whether find of its hash answers that block. The blocks
+        are released and the pool closed again. Raises ImplementationFault, NotObservable and
+        Refused as any call does."""
+        room = len(written) + len(hashes)
+        with self.open_pool(geometry, room) as pool:
+            blocks = [pool.write(*block) for block in written]
+            blocks += pool.import_envelope(data, room)
+            found = []
+            all_hashes = [block_hash for block_hash, _, _ in written] + list(hashes)
+            for block_hash, block in zip(all_hashes, blocks, strict=False):
+                try:
+                    found.append(pool.find(block_hash) == block)
+                except Refused:
+                    found.append(False)
+            for block in blocks:
+                with contextlib.suppress(Refused, ImplementationFault, NotObservable):
+                    pool.release(block)
+        return found
 
     def close(self) -> None:  # noqa: B027 - most adapters hold nothing
         """Release whatever the adapter holds (a worker, a channel)."""

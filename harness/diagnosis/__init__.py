@@ -41,7 +41,7 @@ from ._envelope import envelope_attribution
 from ._faults import fault_title
 from ._hash_signatures import hash_causes
 from ._orders import permutation_causes
-from ._probe import probe_chunk_crc, probe_reader
+from ._probe import probe_chunk_crc, probe_reader, registry_probe_fits
 from ._refusals import (
     envelope_properties,
     fault_cause_id,
@@ -106,6 +106,7 @@ def _analyse(
             evidence.block_ids,
             evidence.pool_dtype,
             evidence.held_read_back,
+            evidence.released,
         )
     if isinstance(evidence, SizeEvidence):
         causes = []
@@ -185,6 +186,10 @@ def _analyse(
         detail = evidence.detail.splitlines()[0]
         return [Cause(known.id, known.title, (), detail, yields_to=known.yields_to)], set(), FAULT
     if isinstance(evidence, KnownMistake):
+        if evidence.registry_probe is not None and not registry_probe_fits(
+            implementation, evidence.registry_probe, evidence.cause
+        ):
+            return [], set(evidence.reqs), ""
         cause = Cause(
             evidence.cause,
             evidence.title,

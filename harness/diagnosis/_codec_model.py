@@ -310,9 +310,11 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _divisors(amax: np.ndarray, got: np.ndarray) -> list[float]:
-    """The constants d for which got = amax / d may hold, read off the evidence."""
+    """The constants d for which got = amax / d may hold, read off the evidence: only where a
+    second slab of non-zero amax can confirm the constant read off the first (every other
+    slab all zero, scale 1.0 whatever d, any one scale fits some d)."""
     useful = (amax != 0) & (got != 0) & np.isfinite(got)
-    if not useful.any():
+    if np.count_nonzero(useful) < 2:
         return []
     # an engine's constant: a whole number in the range of the minifloats' maxima
     divisor = round(float(np.float64(amax[useful][0]) / np.float64(got[useful][0])))

@@ -3,12 +3,17 @@ scale or quotient, computed again here, and compared with the scales and codes w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import ml_dtypes
 import numpy as np
 
 from .. import oracle
 from ._causes import Cause
 from ._codec_model import (
     E4M3,
+    _same_bits,
+    _scales_of,
     e4m3_one_step_causes,
     fitting_encoders,
     named,
@@ -61,8 +66,10 @@ def scale_causes(
     got: np.ndarray,
     x: np.ndarray,
     got_codes: np.ndarray,
+    slots: Sequence[np.ndarray] = (),
 ) -> list[Cause] | None:
-    """Causes when some slab's scale differs; None when every scale is right."""
+    """Causes when some slab's scale differs; None when every scale is right. `slots`: what
+    the block's slot may hold, past the fill included ([L][2][Hkv][B][D] each), where known."""
     differ = want.view(np.uint32) != got.view(np.uint32)
     if not differ.any():
         return None
@@ -104,19 +111,72 @@ def scale_causes(
         fitted = scale_one_ulp_causes(want, got)
         if fitted:
             return fitted
+    return _whole_slot_causes(x, got, got_codes, slots) or _narrow_scale_causes(x, got, got_codes)
+
+
+def _scale_fits(x: np.ndarray, scales: np.ndarray, got: np.ndarray, got_codes: np.ndarray) -> bool:
+    """Whether `scales` are exactly the scales written and the codes are the filled values `x`
+    encoded right with them (so the scale is the only mistake)."""
+    if not _same_bits(scales, got):
+        return False
     with np.errstate(all="ignore"):
-        larger = (s > w).all() and np.isfinite(s).all()
-    if larger and (_codes_for(x, got) == got_codes).all():
-        return [
-            Cause(
-                "v2-amax-over-unfilled",
-                "amax taken over positions past n_tokens (the slot's stale or unwritten values)",
-                ("V2-SCALE",),
-                f"scale {float(s[0])!r} > amax {float(a[0])!r} / 448 of the filled positions, "
-                "and the codes are the filled values encoded with it",
-            )
-        ]
+        quotients = oracle.e4m3_quotients(x, np.asarray(got, dtype=F32))
+    return bool((oracle.f32_to_e4m3_codes(quotients) == got_codes).all())
+
+
+def _whole_slot_causes(
+    x: np.ndarray, got: np.ndarray, got_codes: np.ndarray, slots: Sequence[np.ndarray]
+) -> list[Cause]:
+    """amax taken over the whole slot, past n_tokens too: each of `slots` (what the slot may
+    hold past the fill: the values written there, a released block's) gives its amax / 448,
+    and it is named only when that is every scale written, exactly."""
+    fill = x.shape[-2]
+    for slot in slots:
+        whole = np.abs(np.asarray(slot, dtype=F32)).max(axis=(-2, -1))
+        scales = _scales_of(whole, lambda a: a / F32(E4M3_MAX))
+        if _scale_fits(x, scales, got, got_codes):
+            return [
+                Cause(
+                    "v2-amax-over-unfilled",
+                    "amax taken over the whole slot, the positions past n_tokens too (the "
+                    "values written or left there)",
+                    ("V2-SCALE",),
+                    f"every scale written is the amax of all {slot.shape[-2]} positions / 448, "
+                    f"not of the {fill} filled ones (e.g. {float(got.ravel()[0])!r}), and the "
+                    "codes are the filled values encoded with it",
+                )
+            ]
     return []
+
+
+# The narrower formats a scale may be computed or kept in (the pool's own precision, a
+# half-precision type), each rounding to nearest even.
+_NARROW_FORMATS = {
+    "f16": lambda a: a.astype(np.float16).astype(F32),
+    "bf16": lambda a: a.astype(ml_dtypes.bfloat16).astype(F32),
+}
+
+
+def _narrow_scale_causes(x: np.ndarray, got: np.ndarray, got_codes: np.ndarray) -> list[Cause]:
+    """scale = amax / 448 rounded to a narrower float format (the division kept in f16 or
+    bf16), then written, and divided by, as that f32: named for the format that gives every
+    scale written exactly."""
+    amax = np.abs(x).max(axis=(-2, -1)).astype(F32)
+    causes = []
+    for name, narrow in _NARROW_FORMATS.items():
+        with np.errstate(all="ignore"):
+            scales = _scales_of(amax, lambda a, narrow=narrow: narrow(a / F32(E4M3_MAX)))
+        if _scale_fits(x, scales, got, got_codes):
+            causes.append(
+                Cause(
+                    f"v2-scale-rounded:{name}",
+                    f"scale = amax / 448 rounded to {name}, not kept in f32",
+                    ("V2-SCALE",),
+                    f"every scale written is amax / 448 rounded to {name} (e.g. "
+                    f"{float(got.ravel()[0])!r}), and the codes are the values encoded with it",
+                )
+            )
+    return named(causes)
 
 
 def code_causes(

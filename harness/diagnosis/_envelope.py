@@ -122,13 +122,15 @@ def envelope_attribution(
     block_ids: Sequence[int] = (),
     pool_dtype: str = "",
     held_read_back: bool = False,
+    released: Sequence[oracle.Block] = (),
 ) -> tuple[list[Cause], set[str], str]:
     """(causes, the requirements of the fields that differ, symptom) for an export `actual`
     where the oracle wrote `expected` from `blocks` (when known), the blocks `block_ids` of a
     pool of `pool_dtype` (when known). A mistake of the pool's store (what it holds) is named
     only where the blocks were not read back right first (`held_read_back`), and in a v2 export,
     where the codes come from what the pool holds, alongside the e4m3 writer's mistakes that
-    give the same bytes ("one of"); in a v1 export the store and the f16 conversion are one."""
+    give the same bytes ("one of"); in a v1 export the store and the f16 conversion are one.
+    `released`: blocks the pool held and released before, whose slot a block may reuse."""
     if len(expected) != len(actual):
         return _length_causes(expected, actual), {"ENV-SIZE"}, ""
     try:
@@ -162,7 +164,7 @@ def envelope_attribution(
         if not causes:
             causes = held_f16_causes(causes, shape.geometry, 1, actual, blocks)
         return causes, reqs, ""
-    causes = _v2_numeric_causes(shape, expected, actual, blocks)
+    causes = _v2_numeric_causes(shape, expected, actual, blocks, released)
     if not held_read_back:
         causes = held_f16_causes(
             [*causes, *_held_value_causes(shape, actual, blocks)],
@@ -382,7 +384,11 @@ def _v1_value_causes(shape: _Shape, expected: bytes, actual: bytes) -> list[Caus
 
 
 def _v2_numeric_causes(
-    shape: _Shape, expected: bytes, actual: bytes, blocks: Sequence[oracle.Block]
+    shape: _Shape,
+    expected: bytes,
+    actual: bytes,
+    blocks: Sequence[oracle.Block],
+    released: Sequence[oracle.Block] = (),
 ) -> list[Cause]:
     g = shape.geometry
     n = g.n_elements
@@ -401,7 +407,15 @@ def _v2_numeric_causes(
         got_scales = np.frombuffer(got[n:], dtype="<f4").reshape(lead)
         got_codes = np.frombuffer(got[:n], dtype=np.uint8).reshape(g.values_shape)[..., :fill, :]
         want_codes = np.frombuffer(want[:n], dtype=np.uint8).reshape(g.values_shape)[..., :fill, :]
-        found = scale_causes(amax, want_scales, got_scales, x, got_codes)
+        # What the slot may hold past the fill: the values written there, or a released
+        # block's left in a reused slot.
+        filled = np.arange(g.block_tokens)[:, None] < fill
+        slots = [values] + [
+            np.where(filled, values, np.asarray(r.values, dtype=np.float32))
+            for r in released
+            if np.shape(r.values) == g.values_shape
+        ]
+        found = scale_causes(amax, want_scales, got_scales, x, got_codes, slots)
         if found is None:
             found = code_causes(x, amax, want_scales, want_codes, got_codes)
         return found

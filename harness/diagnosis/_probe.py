@@ -25,6 +25,53 @@ from ._crc_signatures import (
     resealed_variants,
 )
 
+# The registry probe's blocks: two written, then two imported, all full, in four different
+# slots (so that a find missing one block id answers a mix), each pair with a hash below 2^63
+# and one above (so that a hash read as signed answers a mix too).
+_WRITTEN_HASHES = (0x1111, 0x8000_0000_0000_2222)
+_IMPORTED_HASHES = (0x3333, 0x8000_0000_0000_4444)
+# What find answers for each of them (written ones first) where a refused find is explained by
+# the cause: the imports register nothing, the writes register nothing, or (a find refused for
+# a hash another pool registered) find works in one pool.
+REGISTRY_FITS = {
+    "import-not-registered": [True, True, False, False],
+    "write-not-registered": [False, False, True, True],
+    "registry-shared-between-pools": [True, True, True, True],
+}
+_probed: weakref.WeakKeyDictionary[Adapter, dict[oracle.Geometry, list[bool] | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def registry_probe_fits(
+    implementation: Adapter | None, geometry: oracle.Geometry, cause_id: str
+) -> bool:
+    """Whether `implementation`'s registry answers, in a new pool of `geometry`, as the cause
+    `cause_id` (REGISTRY_FITS) says it does (`Adapter.probe_find_after`). False where the probe
+    cannot tell (no way in to probe, a fault, a refusal): a find refused for a hash does not
+    show, alone, which of the writes, the imports or find itself is wrong (find may miss that
+    one hash or that one block)."""
+    if implementation is None or cause_id not in REGISTRY_FITS:
+        return False
+    known = _probed.setdefault(implementation, {})
+    if geometry not in known:
+        known[geometry] = _registry_answers(implementation, geometry)
+    return known[geometry] == REGISTRY_FITS[cause_id]
+
+
+def _registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> list[bool] | None:
+    zeros = np.zeros(geometry.values_shape, np.float32)
+    full = geometry.block_tokens
+    imported = [oracle.Block(h, full, zeros) for h in _IMPORTED_HASHES]
+    try:
+        version = min(implementation.info().read_versions, default=1)
+        envelope = oracle.encode(geometry, imported, version)
+        return implementation.probe_find_after(
+            geometry, [(h, full, zeros) for h in _WRITTEN_HASHES], envelope, _IMPORTED_HASHES
+        )
+    except (ImplementationFault, NotObservable, Refused):
+        return None
+
 
 def probe_reader(implementation: Adapter, refusal: RefusalEvidence) -> Cause | None:
     """The CRC mistake (READ-CRC) with which `implementation` reads the refused

@@ -317,6 +317,7 @@ def check_imported(
                         ("READ-ACCEPT",),
                         f"find({record.block_hash:#x}) refused with {refusal.code} after import",
                         yields_to=NOT_HELD,
+                        registry_probe=pool.geometry,
                     ),
                 ) from None
             if pool.read(found).block_hash != record.block_hash:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ... import oracle
@@ -241,9 +242,10 @@ class PoolScript:
             found = self.pool.find(block_hash)
         except Refused as refusal:
             if shared := self._shared_registry(block_hash, f"refused with {refusal.code}"):
+                # find may miss this hash or block for another reason: a probe tells
                 raise CaseFailure(
                     f"find({block_hash:#x}) refused with {refusal.code}, expected block {expect}",
-                    shared,
+                    replace(shared, registry_probe=self.pool.geometry),
                 ) from None
             imported = expect in self.imported
             message = f"find({block_hash:#x}) refused with {refusal.code}, expected block {expect}"
@@ -263,6 +265,7 @@ class PoolScript:
                     f"find refused with {refusal.code} right after the "
                     f"{'import' if imported else 'write'}",
                     yields_to=NOT_HELD,
+                    registry_probe=self.pool.geometry,
                 ),
             ) from None
         if found != self.block(expect):

@@ -129,6 +129,7 @@ class ExportCase(Case):
                 lambda: [_as_held(p, dtype) for p in self.blocks],
                 ids,
                 dtype,
+                released=[_as_held(p, dtype) for p in self.history],
             )
 
 
