@@ -3,15 +3,17 @@ making patched copies of implementations."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import threading
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tlkv_conformance.references.grpc_server import launch
 
@@ -185,6 +187,26 @@ def _zygote() -> Zygote:
     if zygote is None or zygote.process.poll() is not None:
         zygote = _ZYGOTES.server = Zygote()
     return zygote
+
+
+def shared_once(tmp_path_factory: Any, name: str, compute: Callable[[], Any]) -> Any:
+    """`compute()`'s result (JSON), computed once for the whole self-test run, whichever
+    pytest-xdist worker asks first: the others wait on its lock and read it. Whole conformance
+    runs that several tests compare with are made once this way, not once per worker."""
+    folder = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = folder.parent  # the workers' common root, this run's alone
+    folder = folder / "shared-once"
+    folder.mkdir(parents=True, exist_ok=True)
+    result = folder / f"{name}.json"
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result.exists():
+            value = compute()
+            partial = result.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps(value), encoding="utf-8")
+            partial.replace(result)
+    return json.loads(result.read_text(encoding="utf-8"))
 
 
 def patched_copy(source: Path, replacements: list[tuple[str, str]], out: Path) -> Path:

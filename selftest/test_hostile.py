@@ -213,11 +213,12 @@ POOL_INIT_END = "        self._registry: dict[int, int] = {}\n"
 
 
 # explore draws fresh examples on every run, whatever --fuzz-seed says (profiles.EXPLORING):
-# one run of it; the deterministic profiles from the gate's seed.
+# one run of it; the deterministic profiles from the gate's seed. Not verdict: it is the gate
+# without shrinking, which a passing run never enters, so it draws the gate's examples.
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("profile", "seed"),
-    [("explore", None), ("ci", 0), ("gate", 0), ("verdict", 0)],
+    [("explore", None), ("ci", 0), ("gate", 0)],
 )
 def test_v1_only_reference_passes_the_property_tests(
     run_suite, reference_library, tmp_path, monkeypatch, profile, seed

@@ -220,8 +220,12 @@ class GrpcPool(PoolHandle):
             raise NotObservable(SHARED)
         if self._free_at_open is None:
             raise NotObservable(NO_INFO)
-        used = self._free_at_open - self._transfer.server_info().free_blocks
-        return self.capacity - used - self._unsent
+        return self._free_in_view(self._transfer.server_info().free_blocks)
+
+    def _free_in_view(self, server_free: int) -> int:
+        """The case's pool's free blocks, when the server has `server_free`."""
+        assert self._free_at_open is not None
+        return self.capacity - (self._free_at_open - server_free) - self._unsent
 
     def _room_for(self, n_blocks: int, what: str) -> None:
         if self._transfer.shared:
@@ -240,7 +244,7 @@ class GrpcPool(PoolHandle):
                 f"{what}: the server has {server_free} free blocks, this stores {n_blocks}: "
                 "start it with more room (docs/grpc.md says how much a run needs)"
             )
-        free = self.free_blocks()
+        free = self._free_in_view(server_free)  # one GetInfo answers both questions
         if free < n_blocks:
             raise NotObservable(
                 f"{what}: the case's pool of {self.capacity} blocks has {free} free, but the "
