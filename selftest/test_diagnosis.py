@@ -1311,6 +1311,30 @@ def test_nan_read_back_as_infinity_or_other_sign() -> None:
     assert (got.cause.id, got.blamed) == ("nan-sign-lost", ("NAN-SIGN",))
 
 
+def test_nan_not_nan_only_where_the_numbers_read_back_right() -> None:
+    # f16 bit patterns converted as integers (astype where view was meant): 0x7E00 reads back
+    # as 32256.0, 0x3C00 (1.0) as 15360.0. The NaNs come back as numbers, but so does every
+    # other value: no NaN mistake explains 1.0 read as 15360.0.
+    bits = np.resize(np.array([0x7E00, 0xFE00, 0x3C00, 0x0000], np.uint16), (1, 2, 1, 1, 8))
+    due = oracle.f16_bits_to_f32(bits)
+    as_integers = bits.astype(F32)
+    assert as_integers[0, 0, 0, 0, :3].tolist() == [32256.0, 65024.0, 15360.0]
+    got = _diagnosed(ValuesEvidence(due, as_integers, 1, "f16"))
+    assert got.cause is None
+    # Every value a NaN (or +0.0, which reads as 0 either way): nothing shows that the numbers
+    # read back right, so nothing is named.
+    nan_bits = np.resize(np.array([0x7E00, 0xFE00, 0x0000], np.uint16), (1, 2, 1, 1, 6))
+    got = _diagnosed(
+        ValuesEvidence(oracle.f16_bits_to_f32(nan_bits), nan_bits.astype(F32), 1, "f16")
+    )
+    assert got.cause is None
+    # The same NaNs read back as 0.0 where 1.0 reads back as 1.0: nan-not-nan.
+    zeroed = due.copy()
+    zeroed[np.isnan(zeroed)] = 0
+    got = _diagnosed(ValuesEvidence(due, zeroed, 1, "f16"))
+    assert (got.cause.id, got.blamed) == ("nan-not-nan", ("V1-F16",))
+
+
 # -- orders and header fields from another source -------------------------------------------
 
 

@@ -88,7 +88,7 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
             stored = f16_store_causes(given[~past], actual[~past], "read back")
             causes = named([*stored, *causes])
     if not causes:
-        causes = _nan_lost_causes(expected[differ], actual[differ], version)
+        causes = _nan_lost_causes(expected, actual, differ, past, version)
     return causes, reqs
 
 
@@ -166,9 +166,22 @@ def _nan_causes(expected: np.ndarray, actual: np.ndarray, differ: np.ndarray) ->
     ]
 
 
-def _nan_lost_causes(want: np.ndarray, got: np.ndarray, version: int | None) -> list[Cause]:
-    """NaNs that came back as numbers, zeros or infinities (a MUST, unlike their sign)."""
+def _nan_lost_causes(
+    expected: np.ndarray,
+    actual: np.ndarray,
+    differ: np.ndarray,
+    past: np.ndarray,
+    version: int | None,
+) -> list[Cause]:
+    """NaNs that came back as numbers, zeros or infinities (a MUST, unlike their sign), where
+    the same evidence shows numbers read back right: a reader or pool that misreads every
+    value (f16 bit patterns converted as integers) turns NaNs into numbers too. A +0.0 shows
+    nothing (zero bits read as zero in most misreadings), nor does a value past the fill."""
+    want, got = expected[differ], actual[differ]
     if not want.size or not np.isnan(want).all() or np.isnan(got).any():
+        return []
+    telling = ~np.isnan(expected) & (_bits(expected) != 0) & ~differ & ~past
+    if not telling.any():  # every value a NaN (or +0.0): nothing shows the others read right
         return []
     shown = "infinities" if np.isinf(got).all() else "zeros" if (got == 0).all() else "numbers"
     return [
@@ -176,7 +189,8 @@ def _nan_lost_causes(want: np.ndarray, got: np.ndarray, version: int | None) -> 
             "nan-not-nan",
             "NaNs read back as numbers or infinities (a NaN must stay a NaN)",
             ("V2-DECODE" if version == 2 else "V1-F16",),
-            f"{want.size} NaNs read back as {shown}, e.g. {float(got[0])!r}",
+            f"{want.size} NaNs read back as {shown}, e.g. {float(got[0])!r}, where "
+            f"{int(telling.sum())} numbers read back right",
         )
     ]
 
