@@ -934,6 +934,28 @@ def test_a_v2_import_misrounded_in_an_f16_pool_is_the_stores_only_where_a_write_
     assert attribute(evidence, ["V2-DECODE"]).cause is None
 
 
+@pytest.mark.parametrize(("name", "narrow"), [("f16", np.float16), ("bf16", ml_dtypes.bfloat16)])
+def test_a_v2_decode_computed_in_a_narrower_format(name: str, narrow) -> None:
+    # code x scale multiplied in f16 (or bf16) by numpy's own arithmetic of that type.
+    data, offset = _v2_record(_values())
+    decoded = oracle.decode(data).records[0].decoded
+    codes = oracle.e4m3_codes_to_f32(decoded.codes)
+    product = codes.astype(narrow) * decoded.scales[..., None, None].astype(narrow)
+    actual = np.asarray(product, dtype=F32)
+    actual[..., 4:, :] = 0
+    due = decoded.values.copy()
+    due[..., 4:, :] = 0
+    assert (actual != due).any()
+    got = _diagnosed(ValuesEvidence(due, actual, 4, "f32", (data, offset)), ["READ-ACCEPT"])
+    assert (got.cause.id, got.blamed) == (f"v2-decode-in:{name}", ("V2-DECODE",))
+    # Into an f16 pool whose store is right: the decoder's, with no store mistake beside it.
+    stored = oracle.round_to_f16(actual)
+    if (stored != oracle.round_to_f16(due)).any():
+        evidence = ValuesEvidence(oracle.round_to_f16(due), stored, 4, "f16", (data, offset))
+        got = attribute(evidence, ["READ-ACCEPT"], _Storing(oracle.round_to_f16))
+        assert [c.id for c in got.causes] == [f"v2-decode-in:{name}"]
+
+
 def test_an_e4m3_negative_zero_decoded_without_its_sign_is_no_f16_store_mistake() -> None:
     # The code 0x80 (-0, the sign of a subnormal code) decoded as +0, with scale 1.0: read
     # back +0.0 where -0.0 is due, which an f16 store flushing -0.0 gives too.
