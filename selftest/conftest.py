@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from selftest.support import ROOT, SuiteRun, run_conformance
+from selftest.support import (
+    DIRECTED_CASES,
+    FAULTY_CASES,
+    ROOT,
+    SuiteRun,
+    outcomes_by_case,
+    run_conformance,
+    shared_once,
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -57,6 +65,37 @@ def reference_library(tmp_path_factory: pytest.TempPathFactory) -> Callable[...,
         return built[key]
 
     return get
+
+
+# The default C build's whole run: the case corpus, the Python conformance tests and the test
+# libraries' cases, made once for the self-test and read by selftest/test_ctypes_adapter.py
+# (the corpus) and selftest/test_geometry.py (the corpus and the tests).
+WHOLE_REFERENCE_RUN = ("cases", "conformance", FAULTY_CASES)
+
+
+@pytest.fixture(scope="session")
+def reference_outcomes(
+    tmp_path_factory: pytest.TempPathFactory, reference_library
+) -> Callable[..., dict[str, str]]:
+    """`reference_outcomes(*paths)`: the outcomes, by case (outcomes_by_case), of the default C
+    build through ctypes over `paths`: a part of WHOLE_REFERENCE_RUN, or the directed cases and
+    the test libraries' (DIRECTED_CASES, FAULTY_CASES). Each of the two runs is made once for
+    the whole self-test, by whichever pytest-xdist worker asks first."""
+
+    def run(paths: tuple[str, ...]) -> dict[str, str]:
+        label = f"ctypes:{reference_library('default')}"
+        result = run_conformance([f"--impl={label}", *paths], tmp_path_factory.mktemp("ref"))
+        assert result.returncode == 0, result.output[-4000:]
+        return outcomes_by_case(result, label)
+
+    def outcomes(*paths: str) -> dict[str, str]:
+        if paths == (*DIRECTED_CASES, FAULTY_CASES):
+            return shared_once(tmp_path_factory, "c-reference-directed", lambda: run(paths))
+        assert set(paths) <= set(WHOLE_REFERENCE_RUN), paths
+        whole = shared_once(tmp_path_factory, "c-reference-whole", lambda: run(WHOLE_REFERENCE_RUN))
+        return {n: o for n, o in whole.items() if n.split("::")[0].startswith(paths)}
+
+    return outcomes
 
 
 @pytest.fixture

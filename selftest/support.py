@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -18,6 +19,10 @@ from typing import Any
 from tlkv_conformance.references.grpc_server import launch
 
 ROOT = Path(__file__).resolve().parent.parent
+# The test libraries' own cases (selftest/faulty), given to the suite by path.
+FAULTY_CASES = "selftest/faulty/cases"
+# The corpus without its ~1,900 generated cases (cases/exhaustive.yaml).
+DIRECTED_CASES = ("cases", "--ignore=cases/exhaustive.yaml")
 
 
 @dataclass
@@ -187,6 +192,18 @@ def _zygote() -> Zygote:
     if zygote is None or zygote.process.poll() is not None:
         zygote = _ZYGOTES.server = Zygote()
     return zygote
+
+
+def outcomes_by_case(run: SuiteRun, label: str) -> dict[str, str]:
+    """The outcomes of one implementation's items, by node id with its label taken out, so that
+    runs against different libraries (or several at once) compare case by case."""
+    mark = re.compile(r"(?<=[\[-])" + re.escape(label) + r"(?=[\]-])")
+    outcomes = {}
+    for nodeid, outcome in run.outcomes.items():
+        if "[" in nodeid and not mark.search(nodeid):
+            continue  # another implementation's item
+        outcomes[mark.sub("IMPL", nodeid).removesuffix("[IMPL]")] = outcome
+    return outcomes
 
 
 def shared_once(tmp_path_factory: Any, name: str, compute: Callable[[], Any]) -> Any:

@@ -31,11 +31,11 @@ from tlkv_conformance.adapters._worker import SHARED_MIN, SharedBuffer
 from tlkv_conformance.adapters._worker_channel import sanitizer_report
 from tlkv_conformance.errors import ImplementationFault, Refused, SuiteUsageError
 
-from selftest.support import patched_copy, run_conformance, shared_once
+from selftest.support import DIRECTED_CASES, FAULTY_CASES, outcomes_by_case, patched_copy
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = ROOT / "selftest" / "faulty"
-ADAPTER_CASES = "selftest/faulty/cases"
+ADAPTER_CASES = FAULTY_CASES
 CASE_FILE = f"{ADAPTER_CASES}/ctypes-adapter.yaml"
 # The YAML case corpus. The Python tests of conformance/ (property tests among them) are run
 # once, in test_python_conformance_tests_agree_with_ref, not in every run here.
@@ -44,7 +44,7 @@ SUITE = ("cases",)
 # overflow, its own status numbers) is run over the directed cases only: the ~1,900 generated
 # ones of cases/exhaustive.yaml are more imports of the same kinds, through the same calls,
 # and the bundled builds run them all above.
-DIRECTED = ("cases", "--ignore=cases/exhaustive.yaml")
+DIRECTED = DIRECTED_CASES
 TRIGGER_SEGV = 0xDEAD00000000000B  # selftest/faulty/fault_import.h
 
 
@@ -70,41 +70,6 @@ def faulty_library(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pa
     return get
 
 
-def _normalised(run, label: str) -> dict[str, str]:
-    """The outcomes of one implementation's items, by node id with its label taken out, so that
-    runs against different libraries (or several at once) compare case by case."""
-    mark = re.compile(r"(?<=[\[-])" + re.escape(label) + r"(?=[\]-])")
-    outcomes = {}
-    for nodeid, outcome in run.outcomes.items():
-        if "[" in nodeid and not mark.search(nodeid):
-            continue  # another implementation's item
-        outcomes[mark.sub("IMPL", nodeid).removesuffix("[IMPL]")] = outcome
-    return outcomes
-
-
-@pytest.fixture(scope="session")
-def reference_outcomes(
-    tmp_path_factory: pytest.TempPathFactory, reference_library
-) -> Callable[..., dict[str, str]]:
-    """`reference_outcomes(corpus)`: the outcomes of the default C reference through ctypes
-    over `corpus` (SUITE or DIRECTED) and the adapter's cases, run once for the whole
-    self-test, whichever worker asks first."""
-
-    def run(corpus: tuple[str, ...]) -> dict[str, str]:
-        label = f"ctypes:{reference_library('default')}"
-        result = run_conformance(
-            [f"--impl={label}", *corpus, ADAPTER_CASES], tmp_path_factory.mktemp("reference")
-        )
-        assert result.returncode == 0, result.output[-4000:]
-        return _normalised(result, label)
-
-    def outcomes(corpus: tuple[str, ...] = SUITE) -> dict[str, str]:
-        name = "ctypes-reference-" + ("directed" if corpus == DIRECTED else "whole")
-        return shared_once(tmp_path_factory, name, lambda: run(corpus))
-
-    return outcomes
-
-
 def assert_only_failed(run, label: str, expected: dict[str, str], reference: dict[str, str]):
     """Exactly the cases of `expected` failed, each message naming its cause; every other case
     ran with the reference's outcome."""
@@ -112,7 +77,7 @@ def assert_only_failed(run, label: str, expected: dict[str, str], reference: dic
     assert run.failed == sorted(expected), run.output[-4000:]
     for nodeid, cause in expected.items():
         assert cause in run.messages[nodeid], run.messages[nodeid]
-    outcomes = _normalised(run, label)
+    outcomes = outcomes_by_case(run, label)
     differing = {
         n: (outcomes.get(n), o)
         for n, o in reference.items()
@@ -125,7 +90,7 @@ def assert_only_failed(run, label: str, expected: dict[str, str], reference: dic
 
 
 def test_default_build_passes_the_corpus(run_suite, reference_outcomes):
-    outcomes = reference_outcomes()
+    outcomes = reference_outcomes(*SUITE, ADAPTER_CASES)
     assert "failed" not in outcomes.values()
     assert list(outcomes.values()).count("passed") > 10
     assert outcomes[node("export-v2")] == "passed"
@@ -139,8 +104,8 @@ def test_f32_and_v1only_builds_pass_the_corpus(run_suite, reference_library, ref
     run = run_suite(*(f"--impl={label}" for label in labels.values()), *SUITE, ADAPTER_CASES)
     assert run.returncode == 0, run.output[-4000:]
     assert not run.failed
-    f32, v1only = (_normalised(run, labels[v]) for v in ("f32", "v1only"))
-    assert f32 == reference_outcomes()
+    f32, v1only = (outcomes_by_case(run, labels[v]) for v in ("f32", "v1only"))
+    assert f32 == reference_outcomes(*SUITE, ADAPTER_CASES)
     # The v1-only build refuses v2 with EFORMAT and skips every v2 writing case.
     assert v1only[node("v1-only-refuses-v2")] == "passed"
     assert v1only[node("export-v2")] == "skipped"
@@ -157,7 +122,7 @@ def test_python_conformance_tests_agree_with_ref(run_suite, reference_library):
     label = f"ctypes:{reference_library('default')}"
     # A fixed seed: the property tests draw the same examples for both implementations.
     run = run_suite("--impl=ref", f"--impl={label}", "--hypothesis-seed=0", "conformance")
-    ours, python_reference = _normalised(run, label), _normalised(run, "ref")
+    ours, python_reference = outcomes_by_case(run, label), outcomes_by_case(run, "ref")
     assert run.returncode == 0, run.output[-4000:]
     # Both pass (agreeing on a failure would prove nothing), and agree test for test.
     for outcomes in (ours, python_reference):
@@ -170,7 +135,7 @@ def test_inprocess_passes_the_corpus(run_suite, reference_library, reference_out
     label = f"ctypes:{reference_library('default')}"
     run = run_suite(f"--impl={label}", "--isolation=inprocess", *SUITE, ADAPTER_CASES)
     assert run.returncode == 0, run.output[-4000:]
-    assert _normalised(run, label) == reference_outcomes()
+    assert outcomes_by_case(run, label) == reference_outcomes(*SUITE, ADAPTER_CASES)
 
 
 # -- crashes and hangs ------------------------------------------------------------------------
@@ -180,14 +145,14 @@ def test_a_segfault_fails_only_its_case(run_suite, reference_outcomes, faulty_li
     label = f"ctypes:{faulty_library('segv')}"
     run = run_suite(f"--impl={label}", *DIRECTED, ADAPTER_CASES)
     expected = {node("crash-import"): "implementation fault: crashed with SIGSEGV in tl_kv_import"}
-    assert_only_failed(run, label, expected, reference_outcomes(DIRECTED))
+    assert_only_failed(run, label, expected, reference_outcomes(*DIRECTED, ADAPTER_CASES))
 
 
 def test_a_hang_times_out_only_its_case(run_suite, reference_outcomes, faulty_library):
     label = f"ctypes:{faulty_library('hang')}"
     run = run_suite(f"--impl={label}", "--call-timeout=1", *DIRECTED, ADAPTER_CASES)
     expected = {node("hang-import"): "implementation fault: timed out after 1 s in tl_kv_import"}
-    assert_only_failed(run, label, expected, reference_outcomes(DIRECTED))
+    assert_only_failed(run, label, expected, reference_outcomes(*DIRECTED, ADAPTER_CASES))
 
 
 def _crash_envelope() -> bytes:
@@ -249,7 +214,7 @@ def test_sanitized_reference_runs_clean(run_suite, reference_library, reference_
     label = f"ctypes:{lib}"
     run = run_suite(f"--impl={label}", *SUITE, ADAPTER_CASES)
     assert run.returncode == 0, run.output[-4000:]
-    assert _normalised(run, label) == reference_outcomes()
+    assert outcomes_by_case(run, label) == reference_outcomes(*SUITE, ADAPTER_CASES)
 
 
 def test_a_heap_overflow_fails_its_case_with_the_report(
@@ -259,7 +224,7 @@ def test_a_heap_overflow_fails_its_case_with_the_report(
     run = run_suite(f"--impl={label}", *DIRECTED, ADAPTER_CASES)
     overflow = node("overflow-import")
     expected = {overflow: "crashed with SIGABRT in tl_kv_import: AddressSanitizer: heap-buffer"}
-    assert_only_failed(run, label, expected, reference_outcomes(DIRECTED))
+    assert_only_failed(run, label, expected, reference_outcomes(*DIRECTED, ADAPTER_CASES))
     message = run.messages[overflow]
     assert "ERROR: AddressSanitizer: heap-buffer-overflow" in message
     assert "0 bytes to the right of 60-byte region" in message  # the envelope, exactly sized
@@ -363,7 +328,7 @@ def test_a_status_profile_maps_other_numbers(run_suite, reference_outcomes, faul
     label = f"ctypes:{lib},status-profile={FAULTY / 'statuses.yaml'}"
     run = run_suite(f"--impl={label}", *DIRECTED, ADAPTER_CASES)
     assert run.returncode == 0, run.output[-4000:]
-    assert _normalised(run, label) == reference_outcomes(DIRECTED)
+    assert outcomes_by_case(run, label) == reference_outcomes(*DIRECTED, ADAPTER_CASES)
 
 
 def test_without_the_profile_other_numbers_are_faults(run_suite, faulty_library):
