@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from tlkv_conformance import oracle
-from tlkv_conformance.adapters import Adapter, Chunk, ImplInfo, PoolHandle, PushCounts
+from tlkv_conformance.adapters import Adapter, Chunk, ImplInfo, PoolHandle, PushCounts, ReadBack
 from tlkv_conformance.diagnosis import Attribution, Cause, attribute, diagnose_run
 from tlkv_conformance.errors import Refused
 from tlkv_conformance.evidence import (
@@ -842,6 +842,58 @@ def test_reader_e4m3_nan_as_480() -> None:
     assert (got.cause.id, got.blamed) == ("e4m3-nan-as-480", ("V2-E4M3",))
 
 
+def _truncated_to_f16(values: np.ndarray) -> np.ndarray:
+    """f32 values rounded to f16 toward zero (worked from the nearest-even f16: one f16 step
+    back toward zero where it lies farther from zero than the value)."""
+    bits = values.astype(np.float16).view(np.uint16).astype(np.int32)
+    over = np.abs(oracle.f16_bits_to_f32(bits.astype(np.uint16))) > np.abs(values)
+    return oracle.f16_bits_to_f32(np.where(over, bits - 1, bits).astype(np.uint16))
+
+
+class _StorePool(PoolHandle):
+    """An f16 pool of one block whose store is `_Storing.store`."""
+
+    dtype = "f16"
+
+    def __init__(self, owner: _Storing, capacity: int) -> None:
+        super().__init__(GEOMETRY, capacity)
+        self.owner, self.held = owner, None
+
+    def write(self, block_hash: int, n_tokens: int, values: np.ndarray) -> int:
+        self.owner.writes.append((block_hash, n_tokens, np.array(values)))
+        self.held = (block_hash, n_tokens, self.owner.store(np.asarray(values, F32)))
+        return 3
+
+    def read(self, block: int):
+        assert block == 3
+        assert self.held is not None
+        return ReadBack(*self.held)
+
+    def release(self, block: int) -> None:
+        self.owner.released += 1
+
+    def free_blocks(self) -> int:
+        raise NotImplementedError
+
+    find = import_envelope = export_bytes = export = free_blocks  # type: ignore[assignment]
+
+
+class _Storing(Adapter):
+    def __init__(self, store) -> None:
+        super().__init__("storing")
+        self.store, self.writes, self.released = store, [], 0
+
+    def info(self) -> ImplInfo:
+        return ImplInfo(frozenset({1, 2}), frozenset({1, 2}), "f16")
+
+    def block_hash(self, parent: int, tokens: list[int]) -> int:
+        raise NotImplementedError
+
+    def open_pool(self, geometry: oracle.Geometry, capacity: int) -> PoolHandle:
+        assert geometry == GEOMETRY
+        return _StorePool(self, capacity)
+
+
 def test_reader_scale_ignored_and_f16_truncation() -> None:
     values = _values()
     data, offset = _v2_record(values)
@@ -850,15 +902,76 @@ def test_reader_scale_ignored_and_f16_truncation() -> None:
     bare = oracle.e4m3_codes_to_f32(decoded.codes)
     got = _diagnosed(ValuesEvidence(expected, bare, 4, "f32", (data, offset)), ["READ-ACCEPT"])
     assert (got.cause.id, got.blamed) == ("v2-scale-ignored", ("V2-DECODE",))
-    # into an f16 pool, truncated: each value's f16 bits rounded toward zero
-    bits = decoded.values.astype(np.float16).view(np.uint16).astype(np.int32)
-    over = np.abs(oracle.f16_bits_to_f32(bits.astype(np.uint16))) > np.abs(decoded.values)
-    truncated = oracle.f16_bits_to_f32(np.where(over, bits - 1, bits).astype(np.uint16))
-    if (truncated != oracle.round_to_f16(decoded.values)).any():
-        got = _diagnosed(
-            ValuesEvidence(oracle.round_to_f16(expected), truncated, 4, "f16", (data, offset))
-        )
-        assert got.cause.id == "f16-round-toward-zero"
+
+
+def test_a_v2_import_misrounded_in_an_f16_pool_is_the_stores_only_where_a_write_shows_it() -> None:
+    # A v2 import into an f16 pool read back with each value one f16 step toward zero: a store
+    # that truncates gives that, and so does a decoder that computes in f16 by truncation. The
+    # probe writes the values the record decodes to into a new pool and reads them back.
+    values = _values()
+    data, offset = _v2_record(values)
+    decoded = oracle.decode(data).records[0].decoded.values
+    due = oracle.round_to_f16(decoded)
+    truncated = _truncated_to_f16(decoded)
+    assert (truncated != due).any()
+    evidence = ValuesEvidence(due, truncated, 4, "f16", (data, offset))
+    truncating = _Storing(_truncated_to_f16)
+    got = attribute(evidence, ["V2-DECODE"], truncating)
+    assert got.cause.id == "f16-round-toward-zero"
+    [(block_hash, n_tokens, written)] = truncating.writes
+    given = decoded.copy()
+    given[..., 4:, :] = 0
+    assert (block_hash, n_tokens, truncating.released) == (0, 4, 1)
+    assert (written.view(np.uint32) == given.view(np.uint32)).all()
+    # A store that rounds to nearest even: the decoder, not the store, read them so.
+    right = _Storing(oracle.round_to_f16)
+    got = attribute(evidence, ["V2-DECODE"], right)
+    assert (got.cause, got.blamed) == (None, ("V2-DECODE",))
+    assert len(right.writes) == 1
+    # A store that misrounds them otherwise (to +0.0 throughout) explains nothing either.
+    assert attribute(evidence, ["V2-DECODE"], _Storing(np.zeros_like)).cause is None
+    # Nothing to probe: no store mistake named.
+    assert attribute(evidence, ["V2-DECODE"]).cause is None
+
+
+@pytest.mark.parametrize(("name", "narrow"), [("f16", np.float16), ("bf16", ml_dtypes.bfloat16)])
+def test_a_v2_decode_computed_in_a_narrower_format(name: str, narrow) -> None:
+    # code x scale multiplied in f16 (or bf16) by numpy's own arithmetic of that type.
+    data, offset = _v2_record(_values())
+    decoded = oracle.decode(data).records[0].decoded
+    codes = oracle.e4m3_codes_to_f32(decoded.codes)
+    product = codes.astype(narrow) * decoded.scales[..., None, None].astype(narrow)
+    actual = np.asarray(product, dtype=F32)
+    actual[..., 4:, :] = 0
+    due = decoded.values.copy()
+    due[..., 4:, :] = 0
+    assert (actual != due).any()
+    got = _diagnosed(ValuesEvidence(due, actual, 4, "f32", (data, offset)), ["READ-ACCEPT"])
+    assert (got.cause.id, got.blamed) == (f"v2-decode-in:{name}", ("V2-DECODE",))
+    # Into an f16 pool whose store is right: the decoder's, with no store mistake beside it.
+    stored = oracle.round_to_f16(actual)
+    if (stored != oracle.round_to_f16(due)).any():
+        evidence = ValuesEvidence(oracle.round_to_f16(due), stored, 4, "f16", (data, offset))
+        got = attribute(evidence, ["READ-ACCEPT"], _Storing(oracle.round_to_f16))
+        assert [c.id for c in got.causes] == [f"v2-decode-in:{name}"]
+
+
+def test_an_e4m3_negative_zero_decoded_without_its_sign_is_no_f16_store_mistake() -> None:
+    # The code 0x80 (-0, the sign of a subnormal code) decoded as +0, with scale 1.0: read
+    # back +0.0 where -0.0 is due, which an f16 store flushing -0.0 gives too.
+    data, offset = _v2_record(np.zeros(GEOMETRY.values_shape, F32))
+    data = bytearray(data)
+    data[offset + 12] = 0x80
+    data = oracle.seal(bytes(data[:-4]))
+    due = oracle.round_to_f16(oracle.decode(data).records[0].decoded.values)
+    assert due.view(np.uint32)[0, 0, 0, 0, :2].tolist() == [0x80000000, 0]
+    unsigned = np.zeros_like(due)
+    evidence = ValuesEvidence(due, unsigned, 4, "f16", (data, offset))
+    # A store that keeps -0.0 (written directly): the decoder dropped the sign.
+    assert attribute(evidence, [], _Storing(oracle.round_to_f16)).cause is None
+    # A store that flushes -0.0 to +0.0 when written directly: the store's mistake.
+    flushing = _Storing(lambda v: np.where(v == 0, F32(0), oracle.round_to_f16(v)))
+    assert attribute(evidence, [], flushing).cause.id == "f16-negative-zero-flushed"
 
 
 def test_read_past_fill_and_padding_kept() -> None:
@@ -1309,6 +1422,30 @@ def test_nan_read_back_as_infinity_or_other_sign() -> None:
     canonical.view(np.uint32)[0, 1, 0, 0, :2] = 0x7FFFFFFF
     got = _diagnosed(ValuesEvidence(expected, canonical, 4, "f16"))
     assert (got.cause.id, got.blamed) == ("nan-sign-lost", ("NAN-SIGN",))
+
+
+def test_nan_not_nan_only_where_the_numbers_read_back_right() -> None:
+    # f16 bit patterns converted as integers (astype where view was meant): 0x7E00 reads back
+    # as 32256.0, 0x3C00 (1.0) as 15360.0. The NaNs come back as numbers, but so does every
+    # other value: no NaN mistake explains 1.0 read as 15360.0.
+    bits = np.resize(np.array([0x7E00, 0xFE00, 0x3C00, 0x0000], np.uint16), (1, 2, 1, 1, 8))
+    due = oracle.f16_bits_to_f32(bits)
+    as_integers = bits.astype(F32)
+    assert as_integers[0, 0, 0, 0, :3].tolist() == [32256.0, 65024.0, 15360.0]
+    got = _diagnosed(ValuesEvidence(due, as_integers, 1, "f16"))
+    assert got.cause is None
+    # Every value a NaN (or +0.0, which reads as 0 either way): nothing shows that the numbers
+    # read back right, so nothing is named.
+    nan_bits = np.resize(np.array([0x7E00, 0xFE00, 0x0000], np.uint16), (1, 2, 1, 1, 6))
+    got = _diagnosed(
+        ValuesEvidence(oracle.f16_bits_to_f32(nan_bits), nan_bits.astype(F32), 1, "f16")
+    )
+    assert got.cause is None
+    # The same NaNs read back as 0.0 where 1.0 reads back as 1.0: nan-not-nan.
+    zeroed = due.copy()
+    zeroed[np.isnan(zeroed)] = 0
+    got = _diagnosed(ValuesEvidence(due, zeroed, 1, "f16"))
+    assert (got.cause.id, got.blamed) == ("nan-not-nan", ("V1-F16",))
 
 
 # -- orders and header fields from another source -------------------------------------------

@@ -220,5 +220,21 @@ class Adapter(abc.ABC):
                     pool.release(block)
         return found
 
+    def probe_write_read(
+        self, geometry: Geometry, block_hash: int, n_tokens: int, values: np.ndarray
+    ) -> np.ndarray:
+        """The diagnosis' store probe, made after a test has failed like `probe_import`
+        (docs/diagnosis.md, "A v2 decode seen through an f16 pool"): a new pool of `geometry`
+        with one block has (`block_hash`, `n_tokens`, `values`) written, and the values it
+        reads back (f32) are returned. The block is released and the pool closed again.
+        Raises ImplementationFault, NotObservable and Refused as any call does."""
+        with self.open_pool(geometry, 1) as pool:
+            block = pool.write(block_hash, n_tokens, values)
+            try:
+                return np.asarray(pool.read(block).values, dtype=np.float32)
+            finally:
+                with contextlib.suppress(Refused, ImplementationFault, NotObservable):
+                    pool.release(block)
+
     def close(self) -> None:  # noqa: B027 - most adapters hold nothing
         """Release whatever the adapter holds (a worker, a channel)."""

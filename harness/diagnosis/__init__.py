@@ -122,7 +122,7 @@ def _analyse(
             )
         return causes, {"ENV-SIZE"}, ""
     if isinstance(evidence, ValuesEvidence):
-        causes, fields = values_attribution(evidence)
+        causes, fields = values_attribution(evidence, implementation)
         return causes, fields, ""
     if isinstance(evidence, RefusalEvidence):
         probed = None

@@ -151,7 +151,7 @@ def _whole_slot_causes(
 
 # The narrower formats a scale may be computed or kept in (the pool's own precision, a
 # half-precision type), each rounding to nearest even.
-_NARROW_FORMATS = {
+NARROW_FORMATS = {
     "f16": lambda a: a.astype(np.float16).astype(F32),
     "bf16": lambda a: a.astype(ml_dtypes.bfloat16).astype(F32),
 }
@@ -163,7 +163,7 @@ def _narrow_scale_causes(x: np.ndarray, got: np.ndarray, got_codes: np.ndarray) 
     scale written exactly."""
     amax = np.abs(x).max(axis=(-2, -1)).astype(F32)
     causes = []
-    for name, narrow in _NARROW_FORMATS.items():
+    for name, narrow in NARROW_FORMATS.items():
         with np.errstate(all="ignore"):
             scales = _scales_of(amax, lambda a, narrow=narrow: narrow(a / F32(E4M3_MAX)))
         if _scale_fits(x, scales, got, got_codes):

@@ -73,6 +73,37 @@ def _registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> lis
         return None
 
 
+# What each implementation's pool read back for the values the store probe wrote, by geometry
+# and block (None: the probe could not tell).
+_stored: weakref.WeakKeyDictionary[
+    Adapter, dict[tuple[oracle.Geometry, int, int, bytes], np.ndarray | None]
+] = weakref.WeakKeyDictionary()
+
+
+def stored_as(
+    implementation: Adapter | None,
+    geometry: oracle.Geometry,
+    block_hash: int,
+    n_tokens: int,
+    values: np.ndarray,
+) -> np.ndarray | None:
+    """What `implementation`'s pool reads back for f32 `values` written into a new pool of
+    `geometry` (`Adapter.probe_write_read`): how its store holds values given directly, with no
+    envelope decoded on the way. None where it cannot tell (no way in to probe, a fault, a
+    refusal)."""
+    if implementation is None:
+        return None
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    key = (geometry, block_hash, n_tokens, values.tobytes())
+    known = _stored.setdefault(implementation, {})
+    if key not in known:
+        try:
+            known[key] = implementation.probe_write_read(geometry, block_hash, n_tokens, values)
+        except (ImplementationFault, NotObservable, Refused):
+            known[key] = None
+    return known[key]
+
+
 def probe_reader(implementation: Adapter, refusal: RefusalEvidence) -> Cause | None:
     """The CRC mistake (READ-CRC) with which `implementation` reads the refused
     envelope as it should have: accepts it (no status expected) or refuses it with one of the

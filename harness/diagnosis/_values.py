@@ -3,14 +3,19 @@ which known mistake of a pool or a reader gives exactly the values returned."""
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
+
 import numpy as np
 
 from .. import oracle
-from ..adapters import REUSED_BUFFER_VALUE
+from ..adapters import REUSED_BUFFER_VALUE, Adapter
 from ..evidence import ValuesEvidence
 from ._causes import Cause
 from ._codec_model import decode_causes, f16_store_causes, named
+from ._e4m3_signatures import NARROW_FORMATS
 from ._f16_signatures import f16_causes
+from ._probe import stored_as
 
 F32 = np.float32
 
@@ -26,7 +31,12 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a_bits == b_bits) | both_nan
 
 
-def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
+def values_attribution(
+    ev: ValuesEvidence, implementation: Adapter | None = None
+) -> tuple[list[Cause], set[str]]:
+    """The causes of values read back otherwise than due. `implementation`: the way in the
+    test ran against, probed again where an f16 store would explain what a v2 import reads
+    back (`_store_misrounds`)."""
     expected = np.asarray(ev.expected, dtype=np.float32)
     actual = np.asarray(ev.actual, dtype=np.float32)
     if expected.shape != actual.shape:
@@ -71,11 +81,17 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
     if not (differ & ~past).any():
         return _past_fill_causes(ev, actual, past, differ, decoded), reqs
     causes = _nan_causes(expected, actual, differ)
+
+    def store_misrounds() -> bool:
+        assert ev.source is not None
+        assert decoded is not None
+        return _store_misrounds(implementation, ev.source, decoded.values, actual, fill)
+
     if not causes and decoded is not None and version == 2:
-        causes = _v2_read_causes(decoded, expected, actual, differ, fill, ev.dtype)
+        causes = _v2_read_causes(decoded, expected, actual, differ, fill, ev.dtype, store_misrounds)
     if not causes and decoded is not None:
         causes = _layout_read_causes(expected, actual, version or 1)
-    if not causes and ev.dtype == "f16":
+    if not causes and ev.dtype == "f16" and (version != 2 or store_misrounds()):
         causes = f16_causes(
             oracle.f32_to_f16_bits(expected[differ]),
             oracle.f32_to_f16_bits(actual[differ]),
@@ -88,7 +104,7 @@ def values_attribution(ev: ValuesEvidence) -> tuple[list[Cause], set[str]]:
             stored = f16_store_causes(given[~past], actual[~past], "read back")
             causes = named([*stored, *causes])
     if not causes:
-        causes = _nan_lost_causes(expected[differ], actual[differ], version)
+        causes = _nan_lost_causes(expected, actual, differ, past, version)
     return causes, reqs
 
 
@@ -166,9 +182,22 @@ def _nan_causes(expected: np.ndarray, actual: np.ndarray, differ: np.ndarray) ->
     ]
 
 
-def _nan_lost_causes(want: np.ndarray, got: np.ndarray, version: int | None) -> list[Cause]:
-    """NaNs that came back as numbers, zeros or infinities (a MUST, unlike their sign)."""
+def _nan_lost_causes(
+    expected: np.ndarray,
+    actual: np.ndarray,
+    differ: np.ndarray,
+    past: np.ndarray,
+    version: int | None,
+) -> list[Cause]:
+    """NaNs that came back as numbers, zeros or infinities (a MUST, unlike their sign), where
+    the same evidence shows numbers read back right: a reader or pool that misreads every
+    value (f16 bit patterns converted as integers) turns NaNs into numbers too. A +0.0 shows
+    nothing (zero bits read as zero in most misreadings), nor does a value past the fill."""
+    want, got = expected[differ], actual[differ]
     if not want.size or not np.isnan(want).all() or np.isnan(got).any():
+        return []
+    telling = ~np.isnan(expected) & (_bits(expected) != 0) & ~differ & ~past
+    if not telling.any():  # every value a NaN (or +0.0): nothing shows the others read right
         return []
     shown = "infinities" if np.isinf(got).all() else "zeros" if (got == 0).all() else "numbers"
     return [
@@ -176,7 +205,8 @@ def _nan_lost_causes(want: np.ndarray, got: np.ndarray, version: int | None) -> 
             "nan-not-nan",
             "NaNs read back as numbers or infinities (a NaN must stay a NaN)",
             ("V2-DECODE" if version == 2 else "V1-F16",),
-            f"{want.size} NaNs read back as {shown}, e.g. {float(got[0])!r}",
+            f"{want.size} NaNs read back as {shown}, e.g. {float(got[0])!r}, where "
+            f"{int(telling.sum())} numbers read back right",
         )
     ]
 
@@ -188,7 +218,10 @@ def _v2_read_causes(
     differ: np.ndarray,
     fill: int,
     dtype: str,
+    store_misrounds: Callable[[], bool],
 ) -> list[Cause]:
+    """`store_misrounds`: whether the pool's f16 store, given the values decoded right, reads
+    them back as the import did (asked only where an f16 store mistake would fit)."""
     assert decoded.codes is not None
     assert decoded.scales is not None
     codes, scales = decoded.codes, decoded.scales[..., None, None]
@@ -236,12 +269,60 @@ def _v2_read_causes(
                 )
             )
     causes += decode_causes(codes, decoded.scales, matches)
+    causes += _narrow_product_causes(as_f32, scales, matches)
     if dtype == "f16":
         # the values decoded right, stored by an f16 encoder with one mistake: the pool's, not
         # the decoder's (a value of an f16 subnormal halved by either looks the same)
         exact = (as_f32 * scales).astype(F32)
-        causes += f16_store_causes(exact[filled], actual[filled], "read back")
+        stored = f16_store_causes(exact[filled], actual[filled], "read back")
+        if stored and store_misrounds():
+            causes += stored
     return named(causes)
+
+
+def _narrow_product_causes(
+    as_f32: np.ndarray, scales: np.ndarray, matches: Callable[[np.ndarray], bool]
+) -> list[Cause]:
+    """A decoder computing code x scale in a narrower float format F (`v2-decode-in:F`): both
+    rounded to F, the product rounded to F again (exact in f32 before that rounding: each
+    factor has at most 11 significant bits)."""
+    causes = []
+    for name, narrow in NARROW_FORMATS.items():
+        with np.errstate(all="ignore"):
+            product = narrow(narrow(as_f32) * narrow(scales))
+        if matches(product):
+            causes.append(
+                Cause(
+                    f"v2-decode-in:{name}",
+                    f"the e4m3 value and the slab's scale each rounded to {name} and multiplied "
+                    f"in {name}, not in f32",
+                    ("V2-DECODE",),
+                    f"every value read back is code x scale computed in {name}",
+                )
+            )
+    return causes
+
+
+def _store_misrounds(
+    implementation: Adapter | None,
+    source: tuple[bytes, int],
+    decoded: np.ndarray,
+    actual: np.ndarray,
+    fill: int,
+) -> bool:
+    """Whether the pool's f16 store is what a v2 import's values show: the values the record
+    decodes to (the oracle's f32 decode, zero past the fill), written into a new pool and read
+    back (`stored_as`), read back as the import did. A store that holds them as the oracle's
+    f16 rounding says leaves the decoder, not the store, to explain them; a probe that cannot
+    tell names no store mistake either."""
+    data, offset = source
+    block_hash = struct.unpack_from("<Q", data, offset)[0]
+    given = np.array(decoded, dtype=F32)
+    given[..., fill:, :] = 0
+    stored = stored_as(implementation, oracle.header_geometry(data), block_hash, fill, given)
+    if stored is None or stored.shape != actual.shape:
+        return False
+    return bool(_same(stored, actual)[..., :fill, :].all())
 
 
 def _layout_read_causes(expected: np.ndarray, actual: np.ndarray, version: int) -> list[Cause]:
