@@ -819,6 +819,20 @@ def test_v2_nan_at_the_top() -> None:
     assert (got.cause.id, got.blamed) == ("v2-nan-at-the-top", ("V2-NOSAT",))
 
 
+def test_v2_nan_at_the_top_keeps_the_due_sign() -> None:
+    """An overflow test at the top of e4m3's range writes the NaN of the value's own sign
+    (0x7E -> 0x7F, 0xFE -> 0xFF): the NaN of the other sign in place of +-448 is another
+    mistake (the sign written elsewhere), and v2-nan-at-the-top does not explain it."""
+    blocks = _blocks()
+    right = bytearray(oracle.encode_payload(GEOMETRY, 2, 4, blocks[0].values))
+    top = [i for i in range(GEOMETRY.n_elements) if right[i] & 0x7F == 0x7E]
+    assert top
+    for i in top:
+        right[i] = 0xFF if right[i] == 0x7E else 0x7F
+    got = _envelope_case(2, bytes(right), blocks)
+    assert got.cause is None or got.cause.id != "v2-nan-at-the-top", got.cause
+
+
 # -- values read back ------------------------------------------------------------------------------
 
 
@@ -1446,6 +1460,25 @@ def test_nan_not_nan_only_where_the_numbers_read_back_right() -> None:
     zeroed[np.isnan(zeroed)] = 0
     got = _diagnosed(ValuesEvidence(due, zeroed, 1, "f16"))
     assert (got.cause.id, got.blamed) == ("nan-not-nan", ("V1-F16",))
+
+
+def test_nans_of_other_payloads_read_back_are_no_nan_mistake() -> None:
+    """A NaN mistake writes one NaN in every place (the canonical NaN, or the default NaN of
+    each sign), or flips the due NaN's sign. NaNs of other payloads and signs are other values
+    read in their place (another slab's, another record's): no NaN cause is named."""
+    bits = np.resize(np.array([0x7E01, 0xFE02, 0x3C00, 0x7E03], np.uint16), (1, 2, 1, 1, 8))
+    due = oracle.f16_bits_to_f32(bits)
+    others = bits.copy()
+    others[bits == 0x7E01], others[bits == 0xFE02] = 0xFE05, 0x7E07
+    others[bits == 0x7E03] = 0xFE09
+    got = _diagnosed(ValuesEvidence(due, oracle.f16_bits_to_f32(others), 1, "f16"))
+    assert got.cause is None
+    # The canonical NaN (f16 0x7E00, f32 0x7FC00000) in every NaN's place: the sign of 0xFE02
+    # is lost.
+    canonical = bits.copy()
+    canonical[np.isin(bits, (0x7E01, 0xFE02, 0x7E03))] = 0x7E00
+    got = _diagnosed(ValuesEvidence(due, oracle.f16_bits_to_f32(canonical), 1, "f16"))
+    assert (got.cause.id, got.blamed) == ("nan-sign-lost", ("NAN-SIGN",))
 
 
 # -- orders and header fields from another source -------------------------------------------

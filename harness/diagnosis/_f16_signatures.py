@@ -21,6 +21,10 @@ def f16_causes(want: np.ndarray, got: np.ndarray, how: str) -> list[Cause]:
     nan_w = (w_exp == 0x1F) & (w_man != 0)
     nan_g = ((g >> 10) & 0x1F == 0x1F) & (g & 0x3FF != 0)
     if (nan_w & nan_g).all():
+        # Each NaN explained: the due one with its sign flipped, or one NaN (of either sign)
+        # written in every place; NaNs of other payloads are other values read in their place.
+        if not ((w ^ g) == 0x8000).all() and len({int(v) & 0x7FFF for v in g}) != 1:
+            return []
         if ((w & 0x8000) != (g & 0x8000)).any():
             return [
                 Cause(
