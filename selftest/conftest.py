@@ -33,6 +33,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     # pytest-xdist hands tests to its workers one at a time in this order: the longest first,
     # so that none of them starts last and leaves one worker running it alone at the end.
+    # A module's tests then come to a worker apart, so a costly fixture they share is
+    # session-scoped: a module-scoped one is made again each time its module comes back.
     result = yield
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     return result

@@ -17,7 +17,7 @@ from selftest.mutation import load_catalogue, planted
 CATALOGUE = {m.id: m for m in load_catalogue()}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def envelopes_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("vectors")
     vectors.write_vectors(out)

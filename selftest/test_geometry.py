@@ -70,7 +70,7 @@ def assert_passes(run: SuiteRun, what: str) -> None:
     assert run.returncode == 0, f"{what}: exit {run.returncode}\n{run.output[-3000:]}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def one_geometry_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The C reference, correct, with a tl_kv_pool_create that refuses every other geometry."""
     out = tmp_path_factory.mktemp("one-geometry")

@@ -74,7 +74,7 @@ class ServedRun:
     run: SuiteRun
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def v1_only_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedRun]:
     """The case corpus against a v1-only reference server, run once for the tests reading it."""
     server = start_reference_server([*pool_flags(READER_GEOMETRY, CAPACITY), "--read-versions=1"])

@@ -81,14 +81,14 @@ SKIPPED = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def histories_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("vectors")
     vectors.write_vectors(out)
     return out / vectors.HISTORIES_FILE
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def histories(histories_path: Path) -> dict[str, Any]:
     return json.loads(histories_path.read_text(encoding="ascii"))
 

@@ -145,7 +145,7 @@ ROUND_TRIPS = {
 CATALOGUE = {m.id: m for m in load_catalogue()}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trips(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], RoundTrip]:
     """Each mutant's round trip, run once for the tests that need it."""
     done: dict[str, RoundTrip] = {}

@@ -162,7 +162,7 @@ def test_planted_bugs_are_named_by_requirement_and_field(tmp_path: Path) -> None
 # -- SHOULD-level failures: warnings, unless --strict ---------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def should_only(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A module with a bug only SHOULD-level cases catch, and its --impl."""
     folder = tmp_path_factory.mktemp("should")

@@ -41,7 +41,7 @@ BROWSER_FLAGS = (
 LOAD_BUDGET_MS = 2000  # a 2,000-test run's page, DOMContentLoaded (docs/report.md)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def failing_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The report folder of one run of the mutant (every case of PATHS, not stopped at the
     first failure), shared by this module's checks."""
@@ -58,7 +58,7 @@ def failing_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return workdir
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> str:
     found = next((path for name in BROWSERS if (path := shutil.which(name))), None)
     if found is None:
@@ -82,7 +82,7 @@ def run_browser(browser: str, page: Path, *args: str) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def rendered(browser: str, failing_run: Path) -> str:  # no browser: skipped before the run
     """The failing run's page as Chromium rendered it, after its script ran."""
     return run_browser(browser, failing_run / "report.html", "--dump-dom")
