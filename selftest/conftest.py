@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -104,7 +105,15 @@ def reference_outcomes(
 def scratch_cases() -> Iterator[Path]:
     """A case folder of the test's own inside the suite's root (the plugin loads from there),
     where no default run looks: give its files to the suite by path."""
-    folder = Path(tempfile.mkdtemp(dir=ROOT, prefix=".selftest-")) / "cases"
+    # Digits only in the name: pytest's -k matches the folders' names too, and a random
+    # "v2" in one would select every case in it.
+    for attempt in itertools.count():
+        folder = ROOT / f".selftest-{os.getpid()}-{attempt}" / "cases"
+        try:
+            folder.parent.mkdir()
+        except FileExistsError:
+            continue
+        break
     folder.mkdir()
     try:
         yield folder
