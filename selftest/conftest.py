@@ -22,8 +22,6 @@ from selftest.support import (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # pytest-xdist's marker, declared for runs without it (-p no:xdist) too.
-    config.addinivalue_line("markers", "xdist_group(name): tests one xdist worker runs together")
     config.addinivalue_line(
         "markers", "slow: runs the whole conformance suite or more (about 10 s or over)"
     )

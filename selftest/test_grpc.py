@@ -8,13 +8,14 @@ skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,6 +38,7 @@ from selftest.support import (
     SuiteRun,
     pool_flags,
     run_conformance,
+    shared_once,
     start_reference_server,
 )
 
@@ -68,23 +70,23 @@ def grpc_server() -> Iterator[Callable[..., Server]]:
         server.stop()
 
 
-@dataclass(frozen=True)
-class ServedRun:
-    server: Server
-    run: SuiteRun
+V1_ONLY = "--read-versions=1"
 
 
 @pytest.fixture(scope="session")
-def v1_only_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedRun]:
-    """The case corpus against a v1-only reference server, run once for the tests reading it."""
-    server = start_reference_server([*pool_flags(READER_GEOMETRY, CAPACITY), "--read-versions=1"])
-    try:
-        run = run_conformance(
-            [f"--impl={server.impl}", "cases", "-rs"], tmp_path_factory.mktemp("v1")
-        )
-        yield ServedRun(server, run)
-    finally:
-        server.stop()
+def v1_only_run(tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
+    """The case corpus against a v1-only reference server: run once for the whole self-test
+    (support.shared_once), whichever pytest-xdist worker asks first, for the tests reading it."""
+
+    def run() -> dict[str, Any]:
+        server = start_reference_server([*pool_flags(READER_GEOMETRY, CAPACITY), V1_ONLY])
+        try:
+            args = [f"--impl={server.impl}", "cases", "-rs"]
+            return dataclasses.asdict(run_conformance(args, tmp_path_factory.mktemp("v1")))
+        finally:
+            server.stop()
+
+    return SuiteRun(**shared_once(tmp_path_factory, "grpc-v1-only-run", run))
 
 
 def _adapter(server: Server, options: str = "") -> GrpcAdapter:
@@ -171,14 +173,12 @@ def test_state_dependent_server_is_named_in_plain_words(grpc_server, run_suite):
     assert "Flaky" not in run.output, run.output[-3000:]
 
 
-# One worker runs both tests reading the v1-only run, so that it is made once.
-@pytest.mark.xdist_group("v1-only-run")
-def test_v1_only_server_refuses_v2_with_failed_precondition(v1_only_run):
-    server, run = v1_only_run.server, v1_only_run.run
+def test_v1_only_server_refuses_v2_with_failed_precondition(v1_only_run, grpc_server):
+    run = v1_only_run
     _assert_clean(run, "the suite against a v1-only server")
     assert run.outcomes[_transfer_node("v2-to-v1-only-reader")] == "passed"
     assert run.outcomes[_transfer_node("v2-held-prefix")] == "skipped"
-    with _adapter(server) as adapter:
+    with _adapter(grpc_server(V1_ONLY)) as adapter:
         v2 = oracle.encode(
             adapter.geometry, [oracle.Block(0, 1, np.zeros(adapter.geometry.values_shape))], 2
         )
@@ -238,12 +238,11 @@ def _expects_only_failed_precondition(case: object, reads: frozenset[int]) -> bo
     return False
 
 
-@pytest.mark.xdist_group("v1-only-run")
 def test_wrong_version_status_fails_exactly_the_failed_precondition_cases(
     v1_only_run, grpc_server, run_suite
 ):
-    faulty = grpc_server("--read-versions=1", "--fault=wrong-version-status")
-    good = v1_only_run.run
+    faulty = grpc_server(V1_ONLY, "--fault=wrong-version-status")
+    good = v1_only_run
     bad = run_suite(f"--impl={faulty.impl}", "cases")
     _assert_clean(good, "the suite against a v1-only server")
     covering = set()
