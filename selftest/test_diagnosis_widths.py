@@ -186,6 +186,15 @@ def test_a_reader_checking_the_uncomplemented_residue() -> None:
     assert got.id == "crc-residue-uncomplemented"
 
 
+def _reads(data: bytes) -> bool:
+    """A sound reader: what the oracle reads."""
+    try:
+        oracle.decode(data)
+    except oracle.Rejected:
+        return False
+    return True
+
+
 def test_a_reader_unpacking_version_and_dtype_swapped() -> None:
     envelope = oracle.encode(GEOMETRY, _blocks([7]), 2)
 
@@ -208,6 +217,8 @@ def test_a_reader_unpacking_version_and_dtype_swapped() -> None:
     got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=accepts)).cause
     assert got is not None
     assert got.id == "header-fields-swapped:version+dtype"
+    # a reader that reads it (the refusal not reproduced): nothing named
+    assert attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_reads)).cause is None
 
 
 def test_a_payload_read_after_a_padded_record_head() -> None:
@@ -222,3 +233,85 @@ def test_a_payload_read_after_a_padded_record_head() -> None:
     assert got is not None
     assert got.id == "payload-offset:+4"
     assert "16-byte record head, a padded C struct" in got.title
+
+
+# -- an over-enforced rule: the padding ----------------------------------------------------------
+
+
+def _accepts_unless_padded(data: bytes) -> bool:
+    """A reader that refuses a v1 block whose f16 values past its fill are not zero (the
+    writer's V1-PAD taken for a reader rule), else reads as the oracle does."""
+    try:
+        envelope = oracle.decode(data)
+    except oracle.Rejected:
+        return False
+    record = GEOMETRY.record_size(1)
+    for index, r in enumerate(envelope.records):
+        start = 28 + index * record + 12
+        bits = np.frombuffer(data, "<u2", GEOMETRY.n_elements, start).reshape(GEOMETRY.values_shape)
+        if bits[..., r.n_tokens :, :].any():
+            return False
+    return True
+
+
+def test_a_reader_refusing_values_past_the_fill_that_are_not_zero() -> None:
+    values = np.ones(GEOMETRY.values_shape, np.float32)
+    envelope = bytearray(oracle.encode(GEOMETRY, [oracle.Block(0, 2, values)], 1)[:-4])
+    bits = np.frombuffer(envelope, "<u2", GEOMETRY.n_elements, 28 + 12).reshape(
+        GEOMETRY.values_shape
+    )
+    padded = bits.copy()
+    padded[..., 2:, :] = 0x3C00  # f16 1.0 past the fill of 2
+    envelope[40 : 40 + padded.nbytes] = padded.astype("<u2").tobytes()
+    data = oracle.seal(bytes(envelope))
+    assert not _accepts_unless_padded(data)
+    refusal = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", data, pool=ReaderPool(GEOMETRY, 3, 3)
+    )
+    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_accepts_unless_padded)).cause
+    assert got is not None
+    assert got.id == "refuses-valid:padding-not-zero"
+    # the same envelope refused by a reader that reads its padding: nothing named
+    assert attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_reads)).cause is None
+
+
+def _checks_records_by(step: int):
+    """A reader whose record checks (n_tokens in 1..B, a hash only on a full block) step by
+    `step` bytes, else reading as the oracle does."""
+
+    def accepts(data: bytes) -> bool:
+        try:
+            envelope = oracle.decode(data)
+        except oracle.Rejected:
+            return False
+        for index in range(envelope.n_blocks):
+            block_hash, n_tokens = struct.unpack_from("<QI", data, 28 + index * step)
+            full = n_tokens == GEOMETRY.block_tokens
+            if not 1 <= n_tokens <= GEOMETRY.block_tokens or (block_hash and not full):
+                return False
+        return True
+
+    return accepts
+
+
+def test_a_reader_checking_records_by_the_payload_size() -> None:
+    values = np.ones(GEOMETRY.values_shape, np.float32)
+    blocks = [
+        oracle.Block(0x1234, 4, values),
+        oracle.Block(0, 2, values),
+        oracle.Block(0, 3, values),
+    ]
+    envelope = oracle.encode(GEOMETRY, blocks, 1)
+    payload = GEOMETRY.payload_size(1)
+    reader = _Probed(accepts=_checks_records_by(payload))
+    assert not reader.accepts(envelope)
+    refusal = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
+    )
+    got = attribute(refusal, ["READ-ACCEPT"], reader).cause
+    assert got is not None
+    assert got.id == f"record-stride:{payload}"
+    assert "the 12-byte record head forgotten" in got.title
+    # a reader stepping by the record's size reads it: nothing named
+    sound = _Probed(accepts=_checks_records_by(payload + 12))
+    assert attribute(refusal, ["READ-ACCEPT"], sound).cause is None

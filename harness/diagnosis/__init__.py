@@ -40,7 +40,7 @@ from ._crc_signatures import CRC_FAMILY, client_chunk_crc_cause
 from ._envelope import envelope_attribution
 from ._faults import fault_title
 from ._hash_signatures import hash_causes
-from ._layout import swapped_field_causes
+from ._layout import record_stride_causes, swapped_field_causes
 from ._orders import permutation_causes
 from ._probe import probe_chunk_crc, probe_reader, registry_probe_fits
 from ._refusals import (
@@ -141,6 +141,7 @@ def _analyse(
             and (
                 found := refused_valid_causes(probe, evidence)
                 or swapped_field_causes(probe, evidence)
+                or record_stride_causes(probe, evidence)
             )
         ):
             reqs = {r for c in found for r in c.reqs}

@@ -16,7 +16,7 @@ import numpy as np
 from .. import oracle
 from ..adapters import Adapter
 from ..errors import ImplementationFault, NotObservable, Refused
-from ..evidence import RefusalEvidence
+from ..evidence import ReaderPool, RefusalEvidence
 from ._causes import VALID_REFUSED, Cause
 
 # The shifts (bytes) a reader may take a record's payload at, from its right start: a record
@@ -115,8 +115,8 @@ def swapped_field_causes(implementation: Adapter, refusal: RefusalEvidence) -> l
     # pool fields gives the same answers (geometry-compared-wrongly)
     if pool is None or not data or code in (None, "fault", "ESHAPE"):
         return []
-    if len(data) < oracle.HEADER_SIZE:
-        return []
+    if len(data) < oracle.HEADER_SIZE or _answer(implementation, pool, data) != code:
+        return []  # refused no longer, or otherwise: the probes would not show the case's answer
     for first, second in _SWAPPABLE:
         a, b = first.read(data), second.read(data)
         if a == b:
@@ -125,13 +125,7 @@ def swapped_field_causes(implementation: Adapter, refusal: RefusalEvidence) -> l
         first.write(swapped, b)
         second.write(swapped, a)
         swapped += struct.pack("<I", oracle.crc32c(bytes(swapped)))
-        try:
-            answer = implementation.probe_import(
-                pool.geometry, pool.free, bytes(swapped), pool.max_blocks
-            )
-        except (ImplementationFault, NotObservable, Refused):
-            continue
-        if answer is None:
+        if _answer(implementation, pool, bytes(swapped)) is None:
             return [
                 Cause(
                     f"header-fields-swapped:{first.name}+{second.name}",
@@ -144,3 +138,61 @@ def swapped_field_causes(implementation: Adapter, refusal: RefusalEvidence) -> l
                 )
             ]
     return []
+
+
+# -- a reader's record checks stepping by another size -----------------------------------------
+
+
+def record_stride_causes(implementation: Adapter, refusal: RefusalEvidence) -> list[Cause]:
+    """The step S (shorter than a record: the payload size P, the record head forgotten, or a
+    part of it) with which a reader's record checks walk the records, so that from the second
+    record on they check the bytes S after the first's: a valid envelope of two full blocks
+    whose first payload holds 1.0 everywhere is refused with the case's status, and the same
+    with a valid record head (hash 0, n_tokens 1) written S bytes after the first record's
+    start (inside its payload) is accepted. [] when no step fits (or the refused envelope has
+    fewer than two blocks, where no step shows)."""
+    data, pool, code = refusal.envelope, refusal.pool, refusal.actual
+    if pool is None or code in (None, "fault", "ESHAPE") or len(data) < oracle.HEADER_SIZE:
+        return []
+    if oracle.HEADER_FIELDS["n_blocks"].read(data) < 2 or pool.free < 2 or pool.max_blocks < 2:
+        return []
+    version = oracle.HEADER_FIELDS["version"].read(data)
+    geometry = pool.geometry
+    record = geometry.record_size(version)
+    b = geometry.block_tokens
+    values = np.ones(geometry.values_shape, np.float32)
+    first = oracle.block_hash(oracle.NO_HASH, list(range(1, b + 1)))
+    second = oracle.block_hash(first, list(range(b + 1, 2 * b + 1)))
+    blocks = [oracle.Block(first, b, values), oracle.Block(second, b, values)]
+    plain = oracle.encode(geometry, blocks, version)
+    if _answer(implementation, pool, plain) != code:
+        return []
+    for step in (record - oracle.RECORD_PREFIX_SIZE, record - 4, record - 8):
+        crafted = bytearray(plain[: -oracle.CRC_SIZE])
+        struct.pack_into("<QI", crafted, oracle.HEADER_SIZE + step, oracle.NO_HASH, 1)
+        if _answer(implementation, pool, oracle.seal(bytes(crafted))) is not None:
+            continue
+        head = step == record - oracle.RECORD_PREFIX_SIZE
+        return [
+            Cause(
+                f"record-stride:{step}",
+                f"the reader's record checks step {step} bytes"
+                + (" (the payload size, the 12-byte record head forgotten)" if head else "")
+                + f", not the record's {record}: from the second record on they check bytes "
+                "of the payload before it",
+                ("READ-NTOKENS", "READ-HASH-FILL", "READ-ACCEPT"),
+                f"two valid full blocks refused with {code}; accepted with a record head "
+                f"(hash 0, n_tokens 1) written {step} bytes after the first record's start",
+                frozenset({VALID_REFUSED.format(code=code)}),
+            )
+        ]
+    return []
+
+
+def _answer(implementation: Adapter, pool: ReaderPool, data: bytes) -> str | None:
+    """The status a new pool like the case's answers an import of `data` with (None: accepted;
+    "refused" where the probe itself failed)."""
+    try:
+        return implementation.probe_import(pool.geometry, pool.free, data, pool.max_blocks)
+    except (ImplementationFault, NotObservable, Refused):
+        return "refused"
