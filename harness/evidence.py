@@ -159,15 +159,20 @@ class FaultEvidence:
     """The implementation crashed, hung or was quarantined after doing so (`detail`).
     `quarantined`: the call was not made, so the failure does not depend on the case's data.
     `operation_fault`: what the fault shows of the operation whatever the input (it never
-    answers), a probable cause of its own."""
+    answers), a probable cause of its own. `hash_input`: the (parent, tokens) of a block hash
+    that faulted."""
 
     detail: str
     quarantined: bool = False
     operation_fault: OperationFault | None = None
+    hash_input: tuple[int, tuple[int, ...]] | None = None
 
     @classmethod
-    def of(cls, fault: ImplementationFault) -> FaultEvidence:
-        return cls(str(fault), isinstance(fault, Quarantined), fault.operation_fault)
+    def of(
+        cls, fault: ImplementationFault, hash_input: tuple[int, tuple[int, ...]] | None = None
+    ) -> FaultEvidence:
+        quarantined = isinstance(fault, Quarantined)
+        return cls(str(fault), quarantined, fault.operation_fault, hash_input)
 
     @classmethod
     def of_operation(cls, fault: ImplementationFault) -> FaultEvidence | None:

@@ -40,6 +40,7 @@ from ._crc_signatures import CRC_FAMILY, client_chunk_crc_cause
 from ._envelope import envelope_attribution
 from ._faults import fault_title
 from ._hash_signatures import hash_causes
+from ._layout import record_stride_causes, swapped_field_causes
 from ._orders import permutation_causes
 from ._probe import probe_chunk_crc, probe_reader, registry_probe_fits
 from ._refusals import (
@@ -50,6 +51,7 @@ from ._refusals import (
 )
 from ._signatures import ONE_OF
 from ._values import values_attribution
+from ._widths import hash_fault_causes
 
 __all__ = [
     "MAX_FINDINGS",
@@ -136,7 +138,11 @@ def _analyse(
         if (
             probed is None
             and probe is not None
-            and (found := refused_valid_causes(probe, evidence))
+            and (
+                found := refused_valid_causes(probe, evidence)
+                or swapped_field_causes(probe, evidence)
+                or record_stride_causes(probe, evidence)
+            )
         ):
             reqs = {r for c in found for r in c.reqs}
             return found, reqs, VALID_REFUSED.format(code=evidence.actual)
@@ -181,6 +187,9 @@ def _analyse(
         return causes, {"POOL-REFS"}, ""
     if isinstance(evidence, FaultEvidence):
         known = evidence.operation_fault
+        if known is None and evidence.hash_input is not None:
+            found = hash_fault_causes(implementation, *evidence.hash_input, evidence.detail)
+            return found, {"HASH-INPUT"} if found else set(), FAULT
         if known is None:
             return [], set(), FAULT
         detail = evidence.detail.splitlines()[0]

@@ -1,6 +1,7 @@
 """Signatures of mistakes in the CRC-32C trailer (ENV-CRC, READ-CRC): one parametrised CRC, the
 Rocksoft model, recomputed here with every plausible parameter and kept where it gives exactly
-the implementation's trailer. The parameters: the register's shift and the polynomial constant
+the implementation's trailer. The parameters: the register's shift (unsigned, or arithmetic: a
+signed int32 register) and the polynomial constant
 (Castagnoli, IEEE or Koopman, in reflected or normal form), the initial register (0xFFFFFFFF or
 0), the final XOR (0xFFFFFFFF or 0), the result's bits reversed or not, the trailer's byte order,
 and the bytes covered (the whole body, the header, the records, all but the magic, one byte
@@ -18,6 +19,7 @@ from itertools import product
 from .. import oracle
 from ..adapters import Adapter
 from ._causes import CRC_ONLY, FORMAT_ERRORS, Cause
+from ._layout import residue_trailer
 from ._signatures import one_of
 
 MASK = 0xFFFFFFFF
@@ -56,6 +58,9 @@ _ENGINES = (
     ("left", 0x04C11DB7),
     ("left", 0x741B8CD7),
     ("left", CASTAGNOLI),
+    # the register a signed int32 (a Java port whose >>> became >>): each shift right drags
+    # the sign bit in
+    ("right-signed", CASTAGNOLI),
 )
 # The bytes covered, as the writer takes them from the body (everything before the trailer),
 # each with its cause id and title.
@@ -68,6 +73,23 @@ _COVERAGES = {
     "zeroed-trailer": (
         "crc-includes-trailer",
         "the CRC computed over the envelope with its zeroed trailer",
+    ),
+    # a reader's check only: the CRC over the whole envelope, its trailer included, compared
+    # with a constant residue (RESIDUES)
+    "residue:0xb798b438": (
+        "crc-residue-uncomplemented",
+        "the CRC checked the residue way against 0xB798B438, the register before the final "
+        "complement, not the CRC-32C residue 0x48674BC7",
+    ),
+    "residue:0x00000000": (
+        "crc-residue-zero",
+        "the CRC checked the residue way against 0 (a CRC without its final XOR's residue), "
+        "not the CRC-32C residue 0x48674BC7",
+    ),
+    # two spans' CRCs combined: the final XORs cancel, the trailer is the registers' XOR
+    "xor-of-parts": (
+        "crc-xor-of-parts",
+        "the CRC of the header XOR the CRC of the records, not one CRC over both",
     ),
 }
 
@@ -94,6 +116,14 @@ class CrcModel:
                 (
                     "crc-ieee-polynomial",
                     "the IEEE CRC-32 polynomial (zlib.crc32) instead of Castagnoli",
+                )
+            )
+        elif (self.shift, self.polynomial) == ("right-signed", CASTAGNOLI):
+            out.append(
+                (
+                    "crc-register-signed",
+                    "the CRC register a signed int32, shifted right arithmetically (the sign "
+                    "bit dragged in), not an unsigned 32-bit shift",
                 )
             )
         elif (self.shift, self.polynomial) != ("right", CASTAGNOLI):
@@ -140,7 +170,8 @@ class CrcModel:
 
     def trailer(self, register: int) -> bytes:
         value = _reverse32(register) if self.reversed_result else register
-        return (value ^ self.xorout).to_bytes(4, self.byte_order)  # type: ignore[arg-type]
+        xorout = 0 if self.coverage == "xor-of-parts" else self.xorout
+        return (value ^ xorout).to_bytes(4, self.byte_order)  # type: ignore[arg-type]
 
 
 RIGHT = CrcModel()
@@ -154,7 +185,7 @@ def _reverse32(value: int) -> int:
 def _table(shift: str, polynomial: int) -> tuple[int, ...]:
     table = []
     for byte in range(256):
-        if shift == "right":
+        if shift.startswith("right"):
             c = byte
             for _ in range(8):
                 c = (c >> 1) ^ (polynomial if c & 1 else 0)
@@ -172,6 +203,10 @@ def _run(shift: str, polynomial: int, register: int, data: bytes) -> int:
     if shift == "right":
         for byte in data:
             register = table[(register ^ byte) & 0xFF] ^ (register >> 8)
+    elif shift == "right-signed":
+        for byte in data:
+            extended = 0xFF000000 if register & 0x80000000 else 0
+            register = table[(register ^ byte) & 0xFF] ^ extended ^ (register >> 8)
     else:
         for byte in data:
             register = table[((register >> 24) ^ byte) & 0xFF] ^ ((register << 8) & MASK)
@@ -206,12 +241,18 @@ def _registers(body: bytes) -> dict[tuple[str, int, int, str], int]:
                 register = _run(shift, polynomial, register, extended[at:end])
                 at = end
                 registers[(shift, polynomial, init, coverage)] = register
+        parts = [registers.get((shift, polynomial, init, c)) for c in ("header", "records")]
+        if None not in parts:
+            registers[(shift, polynomial, init, "xor-of-parts")] = parts[0] ^ parts[1]  # type: ignore[operator]
     return registers
 
 
 def _register(body: bytes, model: CrcModel) -> int | None:
     """The register of `model` over `body` alone (None: the body has no room for its
     coverage)."""
+    if model.coverage == "xor-of-parts":
+        parts = [_register(body, replace(model, coverage=c)) for c in ("header", "records")]
+        return None if None in parts else parts[0] ^ parts[1]  # type: ignore[operator]
     for coverage, start, end in _coverage_runs(body):
         if coverage == model.coverage:
             covered = (body + bytes(oracle.CRC_SIZE))[start:end]
@@ -229,6 +270,8 @@ def models_giving(body: bytes, trailer: bytes) -> list[CrcModel]:
         for xorout, reversed_result, byte_order in product(
             (MASK, 0), (False, True), ("little", "big")
         ):
+            if coverage == "xor-of-parts" and xorout == 0:
+                continue  # the XOR cancels the final XORs: the same trailer as with them
             model = CrcModel(shift, polynomial, init, xorout, reversed_result, byte_order, coverage)
             if model != RIGHT and model.trailer(register) == trailer:
                 found.append(model)
@@ -281,6 +324,7 @@ PROBED: tuple[CrcModel, ...] = (
     replace(RIGHT, init=0),
     replace(RIGHT, init=0, xorout=0),
     replace(RIGHT, byte_order="big"),
+    replace(RIGHT, shift="right-signed"),
     replace(RIGHT, polynomial=0x1EDC6F41),
     replace(RIGHT, shift="left", polynomial=0x1EDC6F41),
     *(replace(RIGHT, coverage=c) for c in _COVERAGES if c != "body"),
@@ -288,7 +332,7 @@ PROBED: tuple[CrcModel, ...] = (
     *(
         replace(RIGHT, shift=shift, polynomial=polynomial)
         for shift, polynomial in _ENGINES[3:]
-        if (shift, polynomial) != ("left", 0x1EDC6F41)
+        if (shift, polynomial) not in (("left", 0x1EDC6F41), ("right-signed", CASTAGNOLI))
     ),
 )
 
@@ -310,9 +354,12 @@ def resealed_variants(
     out = []
     for model in models:
         register = registers.get((model.shift, model.polynomial, model.init, model.coverage))
-        if register is None:
+        if model.coverage.startswith("residue:"):
+            mistaken = residue_trailer(body, int(model.coverage.split(":")[1], 16))
+        elif register is None:
             continue
-        mistaken = model.trailer(register)
+        else:
+            mistaken = model.trailer(register)
         if mistaken != trailer:
             out.append((model, body + mistaken))
     return out

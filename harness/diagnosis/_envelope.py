@@ -16,6 +16,7 @@ from ._crc_signatures import crc_trailer_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
 from ._orders import axis_order_layouts, field_source_causes, records_permuted_causes
+from ._widths import field_width_causes
 
 # The requirement each header field's bytes belong to.
 _HEADER_REQS = {
@@ -145,11 +146,13 @@ def envelope_attribution(
         return causes, reqs, "crc-only"
     # The CRC covers every byte before it: when any of them differs, so does the CRC.
     reqs.discard("ENV-CRC")
-    causes = _integer_causes(shape, expected, actual, differing)
+    offsets = [r.offset for r in shape.records]
+    causes = _integer_causes(shape, expected, actual, differing) or field_width_causes(
+        expected, actual, offsets, _HEADER_REQS, differing
+    )
     causes += _record_order_causes(shape, expected, actual)
     causes += _payload_layout_causes(shape, expected, actual)
     if not causes:
-        offsets = [r.offset for r in shape.records]
         causes = records_permuted_causes(
             expected, actual, offsets, shape.record_size, block_ids
         ) or field_source_causes(expected, actual, offsets, _HEADER_REQS, pool_dtype)

@@ -48,18 +48,23 @@ LIMITS = (
 @dataclass(frozen=True)
 class _Property:
     """A property of a valid envelope that an over-enforced reader rule may refuse: `has` says
-    whether an envelope's records (hash, n_tokens) have it, `with_it` the records of a minimal
-    envelope that has it and `without` those of one that does not (otherwise alike)."""
+    whether an envelope's records (hash, n_tokens, padded: a value past the fill not zero)
+    have it, `with_it` the records of a minimal envelope that has it and `without` those of
+    one that does not (otherwise alike)."""
 
     name: str
     title: str
-    has: Callable[[Sequence[tuple[int, int]], int], bool]
-    with_it: Callable[[int, int], list[tuple[int, int]]]
-    without: Callable[[int, int], list[tuple[int, int]]]
+    has: Callable[[Sequence[_RecordSeen], int], bool]
+    with_it: Callable[[int, int], list[_RecordSeen]]
+    without: Callable[[int, int], list[_RecordSeen]]
 
 
-def _partial_before_last(records: Sequence[tuple[int, int]], b: int) -> bool:
-    return any(n < b for _, n in records[:-1])
+# A record as the properties see it: (block_hash, n_tokens, padded).
+_RecordSeen = tuple[int, int, bool]
+
+
+def _partial_before_last(records: Sequence[_RecordSeen], b: int) -> bool:
+    return any(n < b for _, n, _ in records[:-1])
 
 
 # `h`: a registered hash, `b`: the geometry's block_tokens (a partial block has b - 1 tokens,
@@ -70,37 +75,45 @@ PROPERTIES = (
         "a valid envelope with no blocks (32 bytes) refused: a length or count rule over-enforced",
         lambda records, b: not records,
         lambda h, b: [],
-        lambda h, b: [(h, b)],
+        lambda h, b: [(h, b, False)],
     ),
     _Property(
         "full-block-hash-zero",
         "a valid envelope holding a full block with hash 0 (unregistered) refused: "
         "READ-HASH-FILL enforced both ways",
-        lambda records, b: any(h == oracle.NO_HASH and n == b for h, n in records),
-        lambda h, b: [(oracle.NO_HASH, b)],
-        lambda h, b: [(h, b)],
+        lambda records, b: any(h == oracle.NO_HASH and n == b for h, n, _ in records),
+        lambda h, b: [(oracle.NO_HASH, b, False)],
+        lambda h, b: [(h, b, False)],
     ),
     _Property(
         "partial-block",
         "a valid envelope holding a partial block refused",
-        lambda records, b: any(n < b for _, n in records),
-        lambda h, b: [(oracle.NO_HASH, b - 1)],
-        lambda h, b: [(h, b)],
+        lambda records, b: any(n < b for _, n, _ in records),
+        lambda h, b: [(oracle.NO_HASH, b - 1, False)],
+        lambda h, b: [(h, b, False)],
     ),
     _Property(
         "partial-before-last",
         "a valid envelope holding a partial block before its last refused: a partial block "
         "may be anywhere (an export lists blocks in any order)",
         _partial_before_last,
-        lambda h, b: [(oracle.NO_HASH, b - 1), (h, b)],
-        lambda h, b: [(h, b), (oracle.NO_HASH, b - 1)],
+        lambda h, b: [(oracle.NO_HASH, b - 1, False), (h, b, False)],
+        lambda h, b: [(h, b, False), (oracle.NO_HASH, b - 1, False)],
     ),
     _Property(
         "hash-one",
         "a valid envelope holding a block whose hash is 1 (a hash of 0 replaced) refused",
-        lambda records, b: any(h == ZERO_HASH_REPLACED for h, _ in records),
-        lambda h, b: [(ZERO_HASH_REPLACED, b)],
-        lambda h, b: [(h, b)],
+        lambda records, b: any(h == ZERO_HASH_REPLACED for h, _, _ in records),
+        lambda h, b: [(ZERO_HASH_REPLACED, b, False)],
+        lambda h, b: [(h, b, False)],
+    ),
+    _Property(
+        "padding-not-zero",
+        "a valid envelope holding a partial block whose values past its fill are not zero "
+        "refused: the writer's padding rule (V1-PAD, V2-PAD) enforced on reading",
+        lambda records, b: any(padded for _, _, padded in records),
+        lambda h, b: [(oracle.NO_HASH, b - 1, True)],
+        lambda h, b: [(oracle.NO_HASH, b - 1, False)],
     ),
 )
 
@@ -125,7 +138,7 @@ def refused_valid_causes(implementation: Adapter, refusal: RefusalEvidence) -> l
         return _limit_causes(implementation, refusal, geometry, n)
     if roomy != code:
         return []
-    records = [(r.block_hash, r.n_tokens) for r in envelope.records]
+    records = [(r.block_hash, r.n_tokens, _padded(r)) for r in envelope.records]
     return _property_causes(implementation, code, geometry, envelope.version, records)
 
 
@@ -174,13 +187,13 @@ def _property_causes(
     code: str,
     geometry: oracle.Geometry,
     version: int,
-    records: Sequence[tuple[int, int]],
+    records: Sequence[_RecordSeen],
 ) -> list[Cause]:
     b = geometry.block_tokens
     registered = oracle.block_hash(oracle.NO_HASH, list(range(1, b + 1)))
     causes = []
     for prop in PROPERTIES:
-        if not prop.has(records, b) or (b == 1 and "partial" in prop.name):
+        if not prop.has(records, b) or (b == 1 and prop.name in _NEEDS_PARTIAL):
             continue
         without = _minimal(geometry, version, prop.without(registered, b))
         if _probe(implementation, geometry, 3, without, 3) is not None:
@@ -201,14 +214,37 @@ def _property_causes(
     return causes
 
 
-def _minimal(geometry: oracle.Geometry, version: int, records: list[tuple[int, int]]) -> bytes:
-    """A valid envelope of `records` (hash, n_tokens), its filled positions 1.0."""
+def _minimal(geometry: oracle.Geometry, version: int, records: list[_RecordSeen]) -> bytes:
+    """A valid envelope of `records` (hash, n_tokens, padded), its filled positions 1.0, and
+    those past the fill 0, or 1.0 where `padded` (bytes a writer must not write, a reader
+    must read: the record's payload rewritten after the oracle's zero padding)."""
     blocks = []
-    for block_hash, n_tokens in records:
+    for block_hash, n_tokens, _ in records:
         values = np.zeros(geometry.values_shape, dtype=np.float32)
         values[:, :, :, :n_tokens, :] = 1.0
         blocks.append(oracle.Block(block_hash, n_tokens, values))
-    return oracle.encode(geometry, blocks, version)
+    data = bytearray(oracle.encode(geometry, blocks, version)[: -oracle.CRC_SIZE])
+    size = geometry.record_size(version)
+    for index, (_, _, padded) in enumerate(records):
+        if padded:  # every position 1.0: the same scales, the same filled codes
+            start = oracle.HEADER_SIZE + index * size + oracle.RECORD_PREFIX_SIZE
+            ones = np.ones(geometry.values_shape, np.float32)
+            everywhere = oracle.encode_payload(geometry, version, geometry.block_tokens, ones)
+            data[start : start + len(everywhere)] = everywhere
+    return oracle.seal(bytes(data))
+
+
+# The properties a block_tokens of 1 cannot show (no partial block).
+_NEEDS_PARTIAL = frozenset({"partial-block", "partial-before-last", "padding-not-zero"})
+
+
+def _padded(record: oracle.Record) -> bool:
+    """Whether a record's payload holds a value past its fill that is not zero."""
+    past = record.decoded.values[..., record.n_tokens :, :]
+    codes = record.decoded.codes
+    if codes is not None:
+        return bool(codes[..., record.n_tokens :, :].any())
+    return bool(past.view(np.uint32).any())
 
 
 def envelope_properties(data: bytes) -> frozenset[str]:
@@ -228,6 +264,7 @@ def envelope_properties(data: bytes) -> frozenset[str]:
         (
             oracle.RECORD_FIELDS["block_hash"].read(data, oracle.HEADER_SIZE + i * size),
             oracle.RECORD_FIELDS["n_tokens"].read(data, oracle.HEADER_SIZE + i * size),
+            False,  # the payload not read here: a rejection case breaks its rule, not padding
         )
         for i in range(n)
     ]

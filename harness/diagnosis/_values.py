@@ -15,6 +15,7 @@ from ._causes import Cause
 from ._codec_model import decode_causes, f16_store_causes, named
 from ._e4m3_signatures import NARROW_FORMATS
 from ._f16_signatures import f16_causes
+from ._layout import payload_offset_causes
 from ._probe import stored_as
 
 F32 = np.float32
@@ -91,6 +92,8 @@ def values_attribution(
         causes = _v2_read_causes(decoded, expected, actual, differ, fill, ev.dtype, store_misrounds)
     if not causes and decoded is not None:
         causes = _layout_read_causes(expected, actual, version or 1)
+    if not causes and ev.source is not None:
+        causes = payload_offset_causes(ev.source, actual, fill)
     if not causes and ev.dtype == "f16" and (version != 2 or store_misrounds()):
         causes = f16_causes(
             oracle.f32_to_f16_bits(expected[differ]),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +11,8 @@ from ...adapters import Capability
 from ...checks import (
     CaseFailure,
 )
-from ...evidence import HashEvidence
+from ...errors import ImplementationFault
+from ...evidence import FaultEvidence, HashEvidence
 from ...testee import Testee
 from .._sources import (
     CaseDataError,
@@ -24,6 +25,16 @@ from ._base import (
 )
 
 # -- hashing ----------------------------------------------------------------------------------
+
+
+def _hash(testee: Testee, parent: int, tokens: Sequence[int]) -> int:
+    """block_hash of the testee; a fault fails the case with the input it faulted on (the
+    diagnosis probes the hash for the integer type it packs token ids as)."""
+    try:
+        return testee.adapter.block_hash(parent, list(tokens))
+    except ImplementationFault as fault:
+        evidence = FaultEvidence.of(fault, (parent, tuple(tokens)))
+        raise CaseFailure(f"implementation fault: {fault}", evidence) from None
 
 
 def _quote_input(parent: int, tokens: list[int]) -> str:
@@ -53,7 +64,7 @@ class HashCase(Case):
         return needs(testee, Capability.HASH)
 
     def run(self, testee: Testee) -> None:
-        got = testee.adapter.block_hash(self.parent, list(self.tokens))
+        got = _hash(testee, self.parent, self.tokens)
         if got != self.expected:
             raise CaseFailure(
                 f"block_hash(parent {self.parent:#x}, {len(self.tokens)} tokens) = {got:#018x}, "
@@ -93,7 +104,7 @@ class HashSequenceCase(Case):
         b = self.block_tokens
         for index, expected in enumerate(self.expected):
             block = list(self.tokens[index * b : (index + 1) * b])
-            got = testee.adapter.block_hash(parent, block)
+            got = _hash(testee, parent, block)
             if got != expected:
                 raise CaseFailure(
                     f"block {index} of {len(self.expected)} (B = {b}): hash {got:#018x}, expected "
