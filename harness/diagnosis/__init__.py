@@ -49,6 +49,7 @@ from ._refusals import (
     refused_valid_causes,
 )
 from ._signatures import ONE_OF
+from ._v2_layout import imported_decode_causes
 from ._values import values_attribution
 
 __all__ = [
@@ -99,7 +100,7 @@ def _analyse(
         causes = hash_causes(evidence.parent, evidence.tokens, evidence.expected, evidence.actual)
         return causes, {"HASH-INPUT", "HASH-CHAIN", "HASH-FNV", "HASH-ZERO"}, ""
     if isinstance(evidence, EnvelopeEvidence):
-        return envelope_attribution(
+        causes, reqs, symptom = envelope_attribution(
             evidence.expected,
             evidence.actual,
             evidence.blocks,
@@ -108,6 +109,9 @@ def _analyse(
             evidence.held_read_back,
             evidence.released,
         )
+        if not causes:
+            causes = imported_decode_causes(evidence.actual, evidence.sources)
+        return causes, reqs, symptom
     if isinstance(evidence, SizeEvidence):
         causes = []
         if evidence.expected - evidence.actual == 4:

@@ -26,6 +26,7 @@ import numpy as np
 from .. import oracle
 from ._causes import Cause
 from ._codec_model import _scales_of, named
+from ._signatures import ONE_OF
 
 F32 = np.float32
 SCALE_SIZE = oracle.SCALE_SIZE
@@ -169,6 +170,21 @@ def form_causes(records: Sequence[ScaledRecord]) -> list[Cause]:
             )
         if fits:
             causes.append(_cause(cause_id, title, req, differing))
+    # the amax itself, not divided (known only with the blocks' values)
+    if all(r.values is not None for r in differing) and all(
+        _scales_of(np.abs(r.values).max(axis=(-2, -1)), lambda a: a).astype("<f4").tobytes()
+        == r.got_scale_bytes
+        for r in differing
+    ):
+        causes.append(
+            _cause(
+                "v2-scale-undivided",
+                "the slab's amax written as its scale, not amax / 448, though the codes are "
+                "divided by the right scale",
+                "V2-SCALE",
+                differing,
+            )
+        )
     return named(causes)
 
 
@@ -197,15 +213,17 @@ def _cause(cause_id: str, title: str, req: str, differing: Sequence[ScaledRecord
 
 
 def _bit_patterns(values: np.ndarray) -> dict[str, tuple[str, np.ndarray]]:
-    """The elements as the integer value of their bit pattern, in each narrow storage type."""
-    return {
-        name: (
-            f"amax taken over the {name} elements' bit patterns read as integers, not their "
-            "values (a cast of the raw storage word to float)",
-            values.astype(dtype).view(np.uint16).astype(F32),
-        )
-        for name, dtype in (("f16", np.float16), ("bf16", ml_dtypes.bfloat16))
-    }
+    """The elements as the integer value of their bit pattern, in each narrow storage type,
+    read unsigned or signed (amax then takes the magnitude of that integer)."""
+    out = {}
+    for name, dtype in (("f16", np.float16), ("bf16", ml_dtypes.bfloat16)):
+        for signed, word in (("", np.uint16), ("signed-", np.int16)):
+            out[f"{name}-{signed}bits"] = (
+                f"amax taken over the {name} elements' bit patterns read as {signed or 'un'}"
+                "signed 16-bit integers, not their values (the raw storage word cast to float)",
+                values.astype(dtype).view(word).astype(F32),
+            )
+    return out
 
 
 def amax_causes(records: Sequence[ScaledRecord]) -> list[Cause]:
@@ -228,7 +246,7 @@ def amax_causes(records: Sequence[ScaledRecord]) -> list[Cause]:
         names = fitting if names is None else names & fitting
     return named(
         [
-            _cause(f"v2-amax-of:{name}-bits", titles[name], "V2-SCALE", differing)
+            _cause(f"v2-amax-of:{name}", titles[name], "V2-SCALE", differing)
             for name in sorted(names or ())
         ]
     )
@@ -372,3 +390,65 @@ def decode_table_causes(
                 )
             )
     return named(causes)
+
+
+def _same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Bit-equal f32, or both NaN of one sign."""
+    a, b = np.asarray(a, dtype=F32), np.asarray(b, dtype=F32)
+    same_nan = np.isnan(a) & np.isnan(b) & (np.signbit(a) == np.signbit(b))
+    return (a.view(np.uint32) == b.view(np.uint32)) | same_nan
+
+
+def imported_decode_causes(
+    actual: bytes, sources: Sequence[tuple[bytes, int] | None]
+) -> list[Cause]:
+    """A v1 export of blocks imported from v2 envelopes (`sources`: each block's envelope and
+    record offset, None for a block written), read through the decoder models: a table variant
+    is named when, for every imported block, its value times the slab's scale, rounded to f16,
+    is exactly what the export holds, and differs from the right decode somewhere."""
+    if not sources or any(s is None for s in sources):
+        return []
+    try:
+        exported = oracle.decode(actual)
+    except Exception:
+        return []
+    if exported.version != 1 or len(exported.records) != len(sources):
+        return []
+    fitting: set[str] | None = None
+    titles: dict[str, str] = {}
+    differs = False
+    for record, (data, offset) in zip(exported.records, sources, strict=True):
+        if oracle.HEADER_FIELDS["version"].read(data) != 2:
+            return []
+        geometry = oracle.header_geometry(data)
+        start = offset + oracle.RECORD_PREFIX_SIZE
+        source = oracle.decode_payload(geometry, 2, data[start : start + geometry.payload_size(2)])
+        got = np.asarray(record.decoded.values, dtype=F32)
+        if source.codes is None or source.scales is None or got.shape != source.codes.shape:
+            return []
+        fill = record.n_tokens
+        scales = source.scales[..., None, None]
+
+        def matches(values: np.ndarray, got: np.ndarray = got, fill: int = fill) -> bool:
+            return bool(_same_values(oracle.round_to_f16(values), got)[..., :fill, :].all())
+
+        with np.errstate(all="ignore"):
+            differs |= not matches((oracle.e4m3_codes_to_f32(source.codes) * scales).astype(F32))
+        found = decode_table_causes(source.codes, source.scales, matches)
+        titles.update({c.id: c.title for c in found})
+        ids = {c.id for c in found if not c.id.startswith(ONE_OF)}
+        fitting = ids if fitting is None else fitting & ids
+    if not differs:
+        return []
+    return named(
+        [
+            Cause(
+                cause_id,
+                titles[cause_id],
+                ("V2-DECODE",),
+                "every value the v1 export holds of the blocks imported from v2 is that table's "
+                "value times its slab's scale, rounded to f16",
+            )
+            for cause_id in sorted(fitting or ())
+        ]
+    )
