@@ -1,4 +1,4 @@
-"""The general v2 models (harness/diagnosis/_v2_layout.py): each mistaken export or read-back
+"""The general v2 models (tlkv_conformance.diagnosis._v2_layout): each mistaken export or read-back
 is built here by hand, the way the mistake would build it (struct packing, explicit loops,
 values worked out on paper), never by the model's own code; the right one comes from the
 oracle."""
