@@ -200,8 +200,8 @@ TABLE_READS = {
 }
 
 
-def _table_envelope() -> bytes:
-    payload = bytes(TABLE_CODES) + bytes([0x38, 0, 0, 0]) + struct.pack("<2f", 1.0, 1.0)
+def _table_envelope(codes: list[int] = TABLE_CODES) -> bytes:
+    payload = bytes(codes) + bytes([0x38, 0, 0, 0]) + struct.pack("<2f", 1.0, 1.0)
     head = oracle.encode_header(TABLE_GEOMETRY, 2, 1) + struct.pack("<QI", 0, 1)
     return oracle.seal(head + payload)
 
@@ -247,3 +247,25 @@ def test_a_v1_export_of_written_blocks_names_no_decoder_table() -> None:
     actual = oracle.seal(head + k + struct.pack("<4e", 1.0, 0, 0, 0))
     got = attribute(EnvelopeEvidence(due, actual, sources=(None,)), [])
     assert got.cause is None or not got.cause.id.startswith("e4m3-decode-table"), got.causes
+
+
+# 0x83 = -3 * 2^-9 and 0x80 = -0.0 (subnormal codes), 0x01 = 2^-9
+SUBNORMAL_CODES = [0x38, 0x83, 0x80, 0x01]
+
+
+def test_a_decoder_dropping_the_subnormals_sign_is_named() -> None:
+    data = _table_envelope(SUBNORMAL_CODES)
+    expected = _read([1.0, -3 * 2.0**-9, -0.0, 2.0**-9])
+    actual = _read([1.0, 3 * 2.0**-9, 0.0, 2.0**-9])
+    got = attribute(ValuesEvidence(expected, actual, 1, "f32", (data, oracle.HEADER_SIZE)), [])
+    assert got.cause is not None, got.causes
+    assert got.cause.id == "e4m3-decode-table:subnormal-unsigned", got.causes
+
+
+def test_negative_zero_alone_read_as_plus_zero_names_no_decoder_table() -> None:
+    """-0.0 read back as +0 alone: an f16 store losing the sign of zero gives it too."""
+    data = _table_envelope([0x38, 0x80, 0x00, 0x01])
+    expected = _read([1.0, -0.0, 0.0, 2.0**-9])
+    actual = _read([1.0, 0.0, 0.0, 2.0**-9])
+    got = attribute(ValuesEvidence(expected, actual, 1, "f32", (data, oracle.HEADER_SIZE)), [])
+    assert not any(c.id.startswith("e4m3-decode-table") for c in got.causes), got.causes
