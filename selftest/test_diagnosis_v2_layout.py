@@ -269,3 +269,41 @@ def test_negative_zero_alone_read_as_plus_zero_names_no_decoder_table() -> None:
     actual = _read([1.0, 0.0, 0.0, 2.0**-9])
     got = attribute(ValuesEvidence(expected, actual, 1, "f32", (data, oracle.HEADER_SIZE)), [])
     assert not any(c.id.startswith("e4m3-decode-table") for c in got.causes), got.causes
+
+
+# -- the decoder's scales from the wrong place -------------------------------------------------
+
+
+def _column_major_read(flat: list[float]) -> list[float]:
+    """Slab (l, kv, h) given the scale at [h][kv][l] of the array read as [Hkv][2][L]."""
+    return [
+        flat[(h * 2 + kv) * L + layer] for layer in range(L) for kv in range(2) for h in range(HKV)
+    ]
+
+
+def _stride_one_read(flat: list[float]) -> list[float]:
+    raw = struct.pack(f"<{len(flat)}f", *flat)
+    return [struct.unpack_from("<f", raw, k)[0] for k in range(len(flat))]
+
+
+@pytest.mark.parametrize(
+    ("cause", "read"),
+    [
+        ("v2-decode-scale-order:[Hkv][2][L]", _column_major_read),
+        ("v2-decode-scale-stride:1", _stride_one_read),
+    ],
+)
+def test_a_decoder_taking_the_scales_from_the_wrong_place_is_named(cause: str, read) -> None:
+    blocks = _blocks()
+    data = oracle.encode(GEOMETRY, blocks, 2)
+    decoded = oracle.decode(data).records[0].decoded
+    expected = decoded.values.copy()
+    expected[..., FILL:, :] = 0
+    flat = [float(s) for s in decoded.scales.ravel()]
+    taken = np.array(read(flat), dtype=F32).reshape(L, 2, HKV)
+    actual = (oracle.e4m3_codes_to_f32(decoded.codes) * taken[..., None, None]).astype(F32)
+    actual[..., FILL:, :] = 0
+    evidence = ValuesEvidence(expected, actual, FILL, "f32", (data, oracle.HEADER_SIZE))
+    got = attribute(evidence, [])
+    assert got.cause is not None, got.causes
+    assert got.cause.id == cause, got.causes

@@ -49,7 +49,7 @@ from ._refusals import (
     refused_valid_causes,
 )
 from ._signatures import ONE_OF
-from ._v2_layout import imported_decode_causes
+from ._v2_decoder import imported_decode_causes
 from ._values import values_attribution
 
 __all__ = [
