@@ -1,4 +1,4 @@
-"""General models of a v2 writer's scales: the right numbers in the wrong place or form.
+"""General models of a v2 writer: the right numbers in the wrong place or form.
 
 Each model recomputes, from the oracle's records (due codes and scales) and, where it needs
 them, the blocks' values, what a class of mistake writes, with each value of its parameter; a
@@ -9,9 +9,12 @@ export (every slab), and the title gives it.
   (column-major among them), or at another byte stride (a byte pointer indexed as a float one:
   the scales overlap);
 - form: each due scale, codes right, written as a fixed transform of itself (big-endian bytes,
-  its reciprocal, rounded to f16 or bf16);
+  its reciprocal, rounded to f16 or bf16, the amax undivided);
 - amax: the scale the right formula gives from an amax taken over another representation of the
-  stored elements (their bit patterns as integers), the codes encoded right with that scale.
+  stored elements (their bit patterns as integers), the codes encoded right with that scale;
+- carry: the e4m3 encoder losing the carry of a mantissa rounded up to the next power of two,
+  the scales right.
+The decoder's models are in `_v2_decoder`.
 """
 
 from __future__ import annotations
