@@ -243,6 +243,7 @@ def compare_envelopes(
     pool_dtype: str = "",
     held_read_back: bool = False,
     released: Sequence[oracle.Block] = (),
+    sources: Sequence[tuple[bytes, int] | None] = (),
 ) -> None:
     """Byte-exact, or for v2 at the tolerant level: header, hashes, fills, scales exact, the
     CRC valid for the bytes written, and each e4m3 element the expected code or one step from
@@ -252,7 +253,9 @@ def compare_envelopes(
     writer held (in the pool's precision, past each fill included), or a function giving
     them (called only on a failure), `block_ids` the ids exported and `pool_dtype` the pool's,
     for the diagnosis; `held_read_back` when the blocks were read back right just before;
-    `released`: the blocks written and released before (what a reused slot may hold)."""
+    `released`: the blocks written and released before (what a reused slot may hold);
+    `sources`: for each block exported, the envelope and record offset it was imported from
+    (None for a block written)."""
     if expected == actual or _only_nans_differ(expected, actual, nan):
         return
     evidence = EnvelopeEvidence(
@@ -263,6 +266,7 @@ def compare_envelopes(
         pool_dtype,
         held_read_back,
         tuple(released),
+        tuple(sources),
     )
     if level == "tolerant" and len(expected) == len(actual):
         problem = _tolerant_problem(expected, actual, nan)

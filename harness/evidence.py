@@ -34,7 +34,8 @@ class EnvelopeEvidence:
     `held_read_back`: each block was read back as it should be just before the export, so what
     the pool holds is known right (no mistake of its store explains the export).
     `released`: blocks written and released before the export (in the pool's precision),
-    whose slots the exported blocks may reuse."""
+    whose slots the exported blocks may reuse. `sources`: for each block exported, the envelope
+    and record offset it was imported from (None for a block written; empty where unknown)."""
 
     expected: bytes
     actual: bytes
@@ -43,6 +44,7 @@ class EnvelopeEvidence:
     pool_dtype: str = ""
     held_read_back: bool = False
     released: tuple[oracle.Block, ...] = ()
+    sources: tuple[tuple[bytes, int] | None, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -50,6 +50,7 @@ from ._refusals import (
     refused_valid_causes,
 )
 from ._signatures import ONE_OF
+from ._v2_decoder import imported_decode_causes
 from ._values import values_attribution
 from ._widths import hash_fault_causes
 
@@ -101,7 +102,7 @@ def _analyse(
         causes = hash_causes(evidence.parent, evidence.tokens, evidence.expected, evidence.actual)
         return causes, {"HASH-INPUT", "HASH-CHAIN", "HASH-FNV", "HASH-ZERO"}, ""
     if isinstance(evidence, EnvelopeEvidence):
-        return envelope_attribution(
+        causes, reqs, symptom = envelope_attribution(
             evidence.expected,
             evidence.actual,
             evidence.blocks,
@@ -110,6 +111,9 @@ def _analyse(
             evidence.held_read_back,
             evidence.released,
         )
+        if not causes:
+            causes = imported_decode_causes(evidence.actual, evidence.sources)
+        return causes, reqs, symptom
     if isinstance(evidence, SizeEvidence):
         causes = []
         if evidence.expected - evidence.actual == 4:

@@ -16,6 +16,7 @@ from ._crc_signatures import crc_trailer_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
 from ._orders import axis_order_layouts, field_source_causes, records_permuted_causes
+from ._v2_layout import ScaledRecord, v2_writer_causes
 from ._widths import field_width_causes
 
 # The requirement each header field's bytes belong to.
@@ -167,7 +168,9 @@ def envelope_attribution(
         if not causes:
             causes = held_f16_causes(causes, shape.geometry, 1, actual, blocks)
         return causes, reqs, ""
-    causes = _v2_numeric_causes(shape, expected, actual, blocks, released)
+    causes = _v2_numeric_causes(shape, expected, actual, blocks, released) or v2_writer_causes(
+        _scaled_records(shape, expected, actual, blocks)
+    )
     if not held_read_back:
         causes = held_f16_causes(
             [*causes, *_held_value_causes(shape, actual, blocks)],
@@ -384,6 +387,28 @@ def _v1_value_causes(shape: _Shape, expected: bytes, actual: bytes) -> list[Caus
         return []
     want, got = np.concatenate(want_parts), np.concatenate(got_parts)
     return f16_causes(want, got, "exported")
+
+
+def _scaled_records(
+    shape: _Shape, expected: bytes, actual: bytes, blocks: Sequence[oracle.Block]
+) -> list[ScaledRecord]:
+    """Every record of a v2 export, with its block's filled values where they are known."""
+    g = shape.geometry
+    out = []
+    for index, record in enumerate(shape.records):
+        values = None
+        if index < len(blocks) and np.shape(blocks[index].values) == g.values_shape:
+            values = np.asarray(blocks[index].values, dtype=np.float32)[..., : record.n_tokens, :]
+        out.append(
+            ScaledRecord(
+                expected[record.payload],
+                actual[record.payload],
+                g.n_elements,
+                g.values_shape[:3],
+                values,
+            )
+        )
+    return out
 
 
 def _v2_numeric_causes(

@@ -17,6 +17,7 @@ from ._e4m3_signatures import NARROW_FORMATS
 from ._f16_signatures import f16_causes
 from ._layout import payload_offset_causes
 from ._probe import stored_as
+from ._v2_decoder import v2_decode_causes
 
 F32 = np.float32
 
@@ -279,6 +280,7 @@ def _v2_read_causes(
                 )
             )
     causes += decode_causes(codes, decoded.scales, matches)
+    causes += v2_decode_causes(codes, decoded.scales, matches)
     causes += _narrow_product_causes(as_f32, scales, matches)
     if dtype == "f16":
         # the values decoded right, stored by an f16 encoder with one mistake: the pool's, not

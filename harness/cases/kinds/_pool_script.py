@@ -67,6 +67,8 @@ class PoolScript:
         # diagnosis
         self.references: dict[tuple[str, str], tuple[int, int]] = {}
         self.imported: set[str] = set()  # labels of blocks that came from an import
+        # label -> (envelope, record offset) each imported block came from, for the diagnosis
+        self.sources: dict[str, tuple[bytes, int]] = {}
         # (pool, ids, records) of the last import, for the diagnosis
         self.last_import: tuple[str, list[int], list[oracle.Record]] | None = None
 
@@ -148,6 +150,7 @@ class PoolScript:
         if plan.label:
             self.ids[plan.label] = block
             self.plans[plan.label] = plan
+            self.sources.pop(plan.label, None)
 
     def _registered_hash_refused(self, block_hash: int, code: str) -> KnownMistake | None:
         """The mistake to name when a write is refused whose hash a block of this pool holds
@@ -377,7 +380,8 @@ class PoolScript:
                     f"refused with {refusal.code}; every block of the list is allocated",
                 ),
             ) from None
-        compare_envelopes(expected, exported, level, self.nan, held, ids, dtype)
+        sources = [self.sources.get(label) for label in arg["blocks"]]
+        compare_envelopes(expected, exported, level, self.nan, held, ids, dtype, sources=sources)
 
     def _export_bytes(self, arg: Mapping[str, Any]) -> None:
         got = self.pool.export_bytes(arg["n_blocks"], arg["version"])
@@ -408,6 +412,7 @@ class PoolScript:
         for label, block, record in zip(arg.get("as", []), ids, envelope.records, strict=False):
             self.ids[label] = block
             self.imported.add(label)
+            self.sources[label] = (bytes(arg["data"]), record.offset)
             # What the pool holds, and so what a later export encodes, is the decoded value
             # in the pool's own precision.
             values = in_pool_precision(record.decoded.values, self.pool.dtype)
