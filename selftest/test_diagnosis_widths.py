@@ -186,6 +186,30 @@ def test_a_reader_checking_the_uncomplemented_residue() -> None:
     assert got.id == "crc-residue-uncomplemented"
 
 
+def test_a_reader_reading_its_refused_envelope_in_a_new_pool_names_no_crc_mistake() -> None:
+    # refused in the case's pool, read in the probe's: the trailer was not what refused it, so
+    # the resealed envelopes it reads too show no CRC mistake
+    envelope = oracle.encode(GEOMETRY, _blocks([7]), 1)
+    refusal = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
+    )
+    assert attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=lambda data: True)).cause is None
+
+
+def test_a_reader_without_the_final_complement_is_found_by_probe() -> None:
+    envelope = oracle.encode(GEOMETRY, _blocks([7]), 1)
+    # the reader compares the trailer with the CRC's register before its final XOR
+    reader = _Probed(
+        accepts=lambda data: data[-4:] == struct.pack("<I", oracle.crc32c(data[:-4]) ^ 0xFFFFFFFF)
+    )
+    refusal = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
+    )
+    got = attribute(refusal, ["READ-ACCEPT"], reader).cause
+    assert got is not None
+    assert got.id == "crc-no-final-xor", got
+
+
 def _reads(data: bytes) -> bool:
     """A sound reader: what the oracle reads."""
     try:

@@ -116,13 +116,24 @@ def probe_reader(implementation: Adapter, refusal: RefusalEvidence) -> Cause | N
     if crc_code in refusal.expected:
         return None
     pool = refusal.pool
-    for model, variant in resealed_variants(refusal.envelope, implementation):
+
+    def read_as_due(envelope: bytes) -> bool | None:
+        """Whether a new pool reads `envelope` as the refused one was due (None: no answer)."""
         try:
-            answer = implementation.probe_import(pool.geometry, pool.free, variant, pool.max_blocks)
+            answer = implementation.probe_import(
+                pool.geometry, pool.free, envelope, pool.max_blocks
+            )
         except (ImplementationFault, NotObservable, Refused):
-            continue
-        read_as_due = answer in refusal.expected if refusal.expected else answer is None
-        if read_as_due:
+            return None
+        return answer in refusal.expected if refusal.expected else answer is None
+
+    # The control: the envelope itself, in the probe's new pool, must be misread again; else
+    # what refused it was not its trailer (the case's pool, a state the probe does not make),
+    # and a resealed variant read as due would name a CRC mistake nothing showed.
+    if read_as_due(refusal.envelope) is not False:
+        return None
+    for model, variant in resealed_variants(refusal.envelope, implementation):
+        if read_as_due(variant):
             return reader_crc_cause(*found_in_reader(implementation, model), refusal.actual or "")
     return None
 
