@@ -228,30 +228,45 @@ def _bit_patterns(values: np.ndarray) -> dict[str, tuple[str, np.ndarray]]:
     return out
 
 
+def _named_in_every(
+    differing: Sequence[ScaledRecord],
+    fits: Callable[[ScaledRecord], dict[str, str] | None],
+    prefix: str,
+    req: str,
+) -> list[Cause]:
+    """`prefix:NAME` for each variant NAME that `fits` (variant -> title; None: the model does
+    not apply) finds in every differing record."""
+    names: set[str] | None = None
+    titles: dict[str, str] = {}
+    for record in differing:
+        here = fits(record)
+        if here is None:
+            return []
+        titles.update(here)
+        names = set(here) if names is None else names & set(here)
+    return named(
+        [_cause(f"{prefix}:{name}", titles[name], req, differing) for name in sorted(names or ())]
+    )
+
+
 def amax_causes(records: Sequence[ScaledRecord]) -> list[Cause]:
     """The scale amax / 448 from the amax of another representation of the elements, the codes
     the values encoded right with that scale, in every differing record."""
     differing = [r for r in records if r.want != r.got]
     if not differing or any(r.values is None for r in differing):
         return []
-    names: set[str] | None = None
-    titles: dict[str, str] = {}
-    for record in differing:
+
+    def fits(record: ScaledRecord) -> dict[str, str]:
         x = np.asarray(record.values, dtype=F32)
-        fitting = set()
+        fitting = {}
         for name, (title, seen) in _bit_patterns(x).items():
             amax = np.abs(seen).max(axis=(-2, -1))
             scales = _scales_of(amax, lambda a: a / F32(oracle.E4M3_MAX))
             if _encoded_with(record, x, scales):
-                fitting.add(name)
-                titles[name] = title
-        names = fitting if names is None else names & fitting
-    return named(
-        [
-            _cause(f"v2-amax-of:{name}", titles[name], "V2-SCALE", differing)
-            for name in sorted(names or ())
-        ]
-    )
+                fitting[name] = title
+        return fitting
+
+    return _named_in_every(differing, fits, "v2-amax-of", "V2-SCALE")
 
 
 def _encoded_with(record: ScaledRecord, x: np.ndarray, scales: np.ndarray) -> bool:
@@ -309,11 +324,10 @@ def carry_causes(records: Sequence[ScaledRecord]) -> list[Cause]:
     differing = [r for r in records if r.want != r.got]
     if not differing or any(r.values is None for r in differing):
         return []
-    fitting: set[str] | None = None
-    titles: dict[str, str] = {}
-    for record in differing:
+
+    def fits(record: ScaledRecord) -> dict[str, str] | None:
         if record.want[record.n_codes :] != record.got_scale_bytes:
-            return []
+            return None
         x = np.asarray(record.values, dtype=F32)
         fill = x.shape[-2]
         shape = (*record.lead, -1, x.shape[-1])
@@ -321,18 +335,13 @@ def carry_causes(records: Sequence[ScaledRecord]) -> list[Cause]:
         with np.errstate(all="ignore"):
             q = oracle.e4m3_quotients(x, record.due_scales)
         right = oracle.f32_to_e4m3_codes(q)
-        here = set()
-        for name, (title, codes) in _carry_variants(right, q).items():
-            if (codes == got[..., :fill, :]).all() and (codes != right).any():
-                here.add(name)
-                titles[name] = title
-        fitting = here if fitting is None else fitting & here
-    return named(
-        [
-            _cause(f"e4m3-encode-carry:{name}", titles[name], "V2-E4M3", differing)
-            for name in sorted(fitting or ())
-        ]
-    )
+        return {
+            name: title
+            for name, (title, codes) in _carry_variants(right, q).items()
+            if (codes == got[..., :fill, :]).all() and (codes != right).any()
+        }
+
+    return _named_in_every(differing, fits, "e4m3-encode-carry", "V2-E4M3")
 
 
 def v2_writer_causes(records: Sequence[ScaledRecord]) -> list[Cause]:
