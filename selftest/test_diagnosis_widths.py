@@ -339,3 +339,80 @@ def test_a_reader_checking_records_by_the_payload_size() -> None:
     # a reader stepping by the record's size reads it: nothing named
     sound = _Probed(accepts=_checks_records_by(payload + 12))
     assert attribute(refusal, ["READ-ACCEPT"], sound).cause is None
+
+
+# -- a CRC loop by W bytes with no remainder loop ------------------------------------------------
+
+
+def test_a_crc_loop_by_eight_with_no_remainder_leaves_the_tail_out() -> None:
+    body = oracle.encode(GEOMETRY, [], 1)[:-4]  # 28 bytes: a loop by 8 covers 24, by 16 covers 16
+    trailer = struct.pack("<I", oracle.crc32c(body[:24]))
+    assert [m.cause_id for m in models_giving(body, trailer)] == ["crc-tail-dropped:8"]
+
+
+def test_a_crc_loop_by_sixteen_with_no_remainder_leaves_the_tail_out() -> None:
+    body = oracle.encode(GEOMETRY, _blocks([7]), 1)[:-4]  # 808 bytes: by 16 covers 800
+    assert len(body) == 808
+    trailer = struct.pack("<I", oracle.crc32c(body[:800]))
+    assert [m.cause_id for m in models_giving(body, trailer)] == ["crc-tail-dropped:16"]
+
+
+def test_loops_by_eight_and_sixteen_covering_the_same_bytes_are_named_together() -> None:
+    body = oracle.encode(GEOMETRY, _blocks([7, 8]), 2)[:-4]  # 916 bytes: both cover 912
+    assert len(body) == 916
+    trailer = struct.pack("<I", oracle.crc32c(body[:912]))
+    got = {m.cause_id for m in models_giving(body, trailer)}
+    assert got == {"crc-tail-dropped:8", "crc-tail-dropped:16"}
+
+
+def _checks_crc_by_eights(data: bytes) -> bool:
+    """A reader whose CRC loop takes eight bytes a pass with no remainder loop."""
+    body = data[:-4]
+    return oracle.crc32c(body[: len(body) // 8 * 8]) == struct.unpack("<I", data[-4:])[0]
+
+
+def test_a_reader_whose_crc_loop_by_eight_has_no_remainder() -> None:
+    pool = ReaderPool(GEOMETRY, 3, 3)
+    empty = oracle.encode(GEOMETRY, [], 1)  # 28 bytes of body: by 8 and by 16 differ
+    refusal = RefusalEvidence(frozenset(), frozenset(), "EFORMAT", empty, pool=pool)
+    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_checks_crc_by_eights)).cause
+    assert got is not None
+    assert got.id == "crc-tail-dropped:8"
+    two = oracle.encode(GEOMETRY, _blocks([7, 8]), 2)  # 916 bytes: both leave 4 bytes out
+    refusal = RefusalEvidence(frozenset(), frozenset(), "EFORMAT", two, pool=pool)
+    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_checks_crc_by_eights)).cause
+    assert got is not None
+    assert got.id == "one-of:crc-tail-dropped:8+crc-tail-dropped:16"
+
+
+# -- an over-enforced rule: the claim tested on controls -------------------------------------------
+
+
+def test_a_reader_refusing_bodies_not_a_multiple_of_8_is_not_named_by_a_property() -> None:
+    def accepts(data: bytes) -> bool:
+        return _reads(data) and (len(data) - 4) % 8 == 0
+
+    empty = oracle.encode(GEOMETRY, [], 1)  # a body of 28 bytes: refused
+    assert not accepts(empty)
+    # the one-block envelope the zero-blocks probe compares with (808 bytes) is accepted: the
+    # property alone would seem to explain the refusal; two blocks (1588 bytes) are refused
+    assert accepts(oracle.encode(GEOMETRY, _blocks([7]), 1))
+    assert not accepts(oracle.encode(GEOMETRY, _blocks([7, 8]), 1))
+    refusal = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", empty, pool=ReaderPool(GEOMETRY, 3, 3)
+    )
+    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=accepts)).cause
+    assert got is None or not got.id.startswith("refuses-valid:")
+
+
+def test_a_reader_refusing_no_blocks_is_named_so() -> None:
+    def accepts(data: bytes) -> bool:
+        return _reads(data) and oracle.decode(data).n_blocks > 0
+
+    empty = oracle.encode(GEOMETRY, [], 1)
+    refusal = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", empty, pool=ReaderPool(GEOMETRY, 3, 3)
+    )
+    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=accepts)).cause
+    assert got is not None
+    assert got.id == "refuses-valid:zero-blocks"

@@ -5,7 +5,8 @@ signed int32 register) and the polynomial constant
 (Castagnoli, IEEE or Koopman, in reflected or normal form), the initial register (0xFFFFFFFF or
 0), the final XOR (0xFFFFFFFF or 0), the result's bits reversed or not, the trailer's byte order,
 and the bytes covered (the whole body, the header, the records, all but the magic, one byte
-short, the body with a zeroed trailer). The spec's CRC is one point of that space (`RIGHT`)."""
+short, the body with a zeroed trailer, the body truncated to a multiple of 2, 4, 8 or 16
+bytes). The spec's CRC is one point of that space (`RIGHT`)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from itertools import product
 from .. import oracle
 from ..adapters import Adapter
 from ._causes import CRC_ONLY, FORMAT_ERRORS, Cause
+from ._crc_engine import MASK, reverse32, run_crc
 from ._layout import residue_trailer
 from ._signatures import one_of
 
-MASK = 0xFFFFFFFF
 CASTAGNOLI = 0x82F63B78  # reflected form; its normal form is 0x1EDC6F41
 
 # What a CRC cause also explains elsewhere in the run: every refusal a broken reader CRC gives,
@@ -91,6 +92,15 @@ _COVERAGES = {
         "crc-xor-of-parts",
         "the CRC of the header XOR the CRC of the records, not one CRC over both",
     ),
+    # a loop taking W bytes a pass with no remainder loop: the body truncated to a multiple of W
+    **{
+        f"tail-dropped:{width}": (
+            f"crc-tail-dropped:{width}",
+            f"CRC-32C over the body's first multiple of {width} bytes: the last len % {width} "
+            f"bytes left out (a loop unrolled by {width} with no remainder)",
+        )
+        for width in (2, 4, 8, 16)
+    },
 }
 
 
@@ -169,48 +179,12 @@ class CrcModel:
         return "; and ".join(title for _, title in self.deviations())
 
     def trailer(self, register: int) -> bytes:
-        value = _reverse32(register) if self.reversed_result else register
+        value = reverse32(register) if self.reversed_result else register
         xorout = 0 if self.coverage == "xor-of-parts" else self.xorout
         return (value ^ xorout).to_bytes(4, self.byte_order)  # type: ignore[arg-type]
 
 
 RIGHT = CrcModel()
-
-
-def _reverse32(value: int) -> int:
-    return int(f"{value:032b}"[::-1], 2)
-
-
-@functools.cache
-def _table(shift: str, polynomial: int) -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        if shift.startswith("right"):
-            c = byte
-            for _ in range(8):
-                c = (c >> 1) ^ (polynomial if c & 1 else 0)
-        else:
-            c = byte << 24
-            for _ in range(8):
-                c = ((c << 1) & MASK) ^ (polynomial if c & 0x80000000 else 0)
-        table.append(c)
-    return tuple(table)
-
-
-def _run(shift: str, polynomial: int, register: int, data: bytes) -> int:
-    """The register after `data` (no final XOR, no reflection of the result)."""
-    table = _table(shift, polynomial)
-    if shift == "right":
-        for byte in data:
-            register = table[(register ^ byte) & 0xFF] ^ (register >> 8)
-    elif shift == "right-signed":
-        for byte in data:
-            extended = 0xFF000000 if register & 0x80000000 else 0
-            register = table[(register ^ byte) & 0xFF] ^ extended ^ (register >> 8)
-    else:
-        for byte in data:
-            register = table[((register >> 24) ^ byte) & 0xFF] ^ ((register << 8) & MASK)
-    return register
 
 
 def _coverage_runs(body: bytes) -> Iterator[tuple[str, int, int]]:
@@ -223,6 +197,9 @@ def _coverage_runs(body: bytes) -> Iterator[tuple[str, int, int]]:
         yield "header", 0, oracle.HEADER_SIZE
         yield "records", oracle.HEADER_SIZE, len(body)
     yield "after-magic", 4, len(body)
+    for width in (2, 4, 8, 16):  # none where the body is a multiple of W: the body's own CRC
+        if len(body) % width:
+            yield f"tail-dropped:{width}", 0, len(body) - len(body) % width
 
 
 @functools.lru_cache(maxsize=64)
@@ -238,7 +215,7 @@ def _registers(body: bytes) -> dict[tuple[str, int, int, str], int]:
         for start, stops in ends.items():
             register, at = init, start
             for coverage, end in sorted(stops, key=lambda stop: stop[1]):
-                register = _run(shift, polynomial, register, extended[at:end])
+                register = run_crc(shift, polynomial, register, extended[at:end])
                 at = end
                 registers[(shift, polynomial, init, coverage)] = register
         parts = [registers.get((shift, polynomial, init, c)) for c in ("header", "records")]
@@ -256,7 +233,7 @@ def _register(body: bytes, model: CrcModel) -> int | None:
     for coverage, start, end in _coverage_runs(body):
         if coverage == model.coverage:
             covered = (body + bytes(oracle.CRC_SIZE))[start:end]
-            return _run(model.shift, model.polynomial, model.init, covered)
+            return run_crc(model.shift, model.polynomial, model.init, covered)
     return None
 
 
@@ -351,7 +328,8 @@ def resealed_variants(
         PROBED if last is None else (last, *(m for m in PROBED if m != last))
     )
     registers = _registers(body) if len(body) <= MAX_RECOMPUTED else {}
-    out = []
+    out, first_writing = [], {}
+    _coincident.clear()
     for model in models:
         register = registers.get((model.shift, model.polynomial, model.init, model.coverage))
         if model.coverage.startswith("residue:"):
@@ -360,15 +338,30 @@ def resealed_variants(
             continue
         else:
             mistaken = model.trailer(register)
-        if mistaken != trailer:
+        if mistaken == trailer:
+            continue
+        if mistaken in first_writing:  # the same bytes: one probe, the mistakes named together
+            twin = first_writing[mistaken]
+            _coincident[twin] = (*_coincident.get(twin, (twin,)), model)
+        else:
+            first_writing[mistaken] = model
             out.append((model, body + mistaken))
     return out
 
 
+# The models that wrote the last resealed envelope's trailer exactly as another probed before
+# them did (a loop by 2 dropping the last byte of an odd body, by 8 or 16 the same 4 bytes):
+# the probe cannot tell them apart.
+_coincident: dict[CrcModel, tuple[CrcModel, ...]] = {}
+
+
 def found_in_reader(implementation: Adapter, model: CrcModel) -> tuple[str, str]:
-    """Remember `model` for `implementation`'s next refusals; its (cause id, title)."""
+    """Remember `model` for `implementation`'s next refusals; its (cause id, title), "one of"
+    the models that wrote the same trailer."""
     _last_found[implementation] = model
-    return model.cause_id, model.title
+    models = _coincident.get(model, (model,))
+    named = one_of([Cause(m.cause_id, m.title, ("READ-CRC",), "") for m in models])
+    return named.id, named.title
 
 
 def reader_crc_cause(cause_id: str, title: str, code: str) -> Cause:
@@ -405,7 +398,7 @@ class ChunkCrcModel:
 
     def field(self, payload: bytes) -> int:
         covered = payload[_CHUNK_RANGES[self.covered][0]]
-        register = _run(self.crc.shift, self.crc.polynomial, self.crc.init, covered)
+        register = run_crc(self.crc.shift, self.crc.polynomial, self.crc.init, covered)
         return int.from_bytes(self.crc.trailer(register), "little")
 
     @property
@@ -457,7 +450,7 @@ def client_chunk_crc_cause(payload: bytes, field: int, reqs: tuple[str, ...]) ->
     causes = []
     for covered, (span, _) in _CHUNK_RANGES.items():
         for (shift, polynomial), init in product(_ENGINES, (MASK, 0)):
-            register = _run(shift, polynomial, init, payload[span])
+            register = run_crc(shift, polynomial, init, payload[span])
             for xorout, reversed_result, byte_order in product(
                 (MASK, 0), (False, True), ("little", "big")
             ):

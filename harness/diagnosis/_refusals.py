@@ -3,11 +3,14 @@ as `>=`), or by a reader rule over-enforced on a property the format allows (no 
 block with hash 0, a partial block before the last...). Each is found by probing the reader
 again through the adapter's one probe operation (`Adapter.probe_import`) with bounded variants:
 the refused envelope itself into pools with one block more of room, and, for a property, a
-minimal valid envelope with and without it. A signature names a cause only when the probes
-reproduce the case's own status exactly; a fault or a refused pool names nothing."""
+minimal valid envelope with and without it, valid envelopes of other lengths without it (all
+accepted) and, where the property allows, a longer one with it (refused too). A signature names
+a cause only when the probes reproduce the case's own status exactly; a fault or a refused pool
+names nothing."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -190,7 +193,8 @@ def _property_causes(
     records: Sequence[_RecordSeen],
 ) -> list[Cause]:
     b = geometry.block_tokens
-    registered = oracle.block_hash(oracle.NO_HASH, list(range(1, b + 1)))
+    registered, other = _chained_hashes(b, 2)
+    controls = _control_answers(implementation, geometry, version)
     causes = []
     for prop in PROPERTIES:
         if not prop.has(records, b) or (b == 1 and prop.name in _NEEDS_PARTIAL):
@@ -201,17 +205,64 @@ def _property_causes(
         with_it = _minimal(geometry, version, prop.with_it(registered, b))
         if _probe(implementation, geometry, 3, with_it, 3) != code:
             continue
+        # the claim, tested: valid envelopes without it, of other lengths, all accepted, and
+        # (where it allows another length) a second one with it refused too
+        sizes = [len(data) for control, data, answer in controls if not prop.has(control, b)]
+        if any(answer is not None for control, _, answer in controls if not prop.has(control, b)):
+            continue  # refused without the property: the property does not explain it
+        if prop.name != "zero-blocks":
+            longer = _minimal(geometry, version, [(other, b, False), *prop.with_it(registered, b)])
+            if _probe(implementation, geometry, 3, longer, 3) != code:
+                continue
         causes.append(
             Cause(
                 OVER_ENFORCED + prop.name,
                 prop.title,
                 ("READ-ACCEPT",),
                 f"refused with {code}; a minimal envelope with it is refused with {code}, "
-                "the same without it is accepted",
+                f"the same without it is accepted, and so are valid envelopes of {sizes} bytes "
+                "without it",
                 frozenset({VALID_REFUSED.format(code=code)}),
             )
         )
     return causes
+
+
+def _chained_hashes(b: int, n: int) -> list[int]:
+    """The registered hashes of `n` chained full blocks of `b` tokens (1, 2, ...)."""
+    hashes, parent = [], oracle.NO_HASH
+    for index in range(n):
+        parent = oracle.block_hash(parent, list(range(index * b + 1, (index + 1) * b + 1)))
+        hashes.append(parent)
+    return hashes
+
+
+# What each implementation answered (None: accepted) to the control envelopes of a geometry and
+# version: probed once, whatever property is tested.
+_controls: weakref.WeakKeyDictionary[
+    Adapter, dict[tuple[oracle.Geometry, int], list[tuple[list[_RecordSeen], bytes, str | None]]]
+] = weakref.WeakKeyDictionary()
+
+
+def _control_answers(
+    implementation: Adapter, geometry: oracle.Geometry, version: int
+) -> list[tuple[list[_RecordSeen], bytes, str | None]]:
+    """(records, envelope, answer) of valid envelopes of 1, 2 and 3 full blocks (lengths that
+    differ modulo 8 and 16 unless a record's size is a multiple of 16) and of a full block and a
+    partial one: each has none of the properties but the partial block's."""
+    known = _controls.setdefault(implementation, {})
+    if (geometry, version) not in known:
+        b = geometry.block_tokens
+        full = [(h, b, False) for h in _chained_hashes(b, 3)]
+        shapes = [full[:1], full[:2], full]
+        if b > 1:
+            shapes.append([full[0], (oracle.NO_HASH, b - 1, False)])
+        answers = []
+        for records in shapes:
+            data = _minimal(geometry, version, records)
+            answers.append((records, data, _probe(implementation, geometry, 3, data, 3)))
+        known[(geometry, version)] = answers
+    return known[(geometry, version)]
 
 
 def _minimal(geometry: oracle.Geometry, version: int, records: list[_RecordSeen]) -> bytes:
