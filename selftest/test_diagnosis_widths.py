@@ -32,6 +32,14 @@ def _blocks(hashes: list[int]) -> list[oracle.Block]:
     return [oracle.Block(h, GEOMETRY.block_tokens, values) for h in hashes]
 
 
+def _valid_refused(envelope: bytes) -> RefusalEvidence:
+    """A valid envelope refused with EFORMAT by an import into a pool of 3 free blocks (the
+    pool the probes make again)."""
+    return RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
+    )
+
+
 class _Probed(Adapter):
     """An implementation with one mistake in its hash (`pack`: the struct format its token ids
     are packed as) or in its reader (`accepts`: the envelopes it accepts)."""
@@ -178,9 +186,7 @@ def test_a_residue_trailer_gives_the_residue_asked() -> None:
 def test_a_reader_checking_the_uncomplemented_residue() -> None:
     envelope = oracle.encode(GEOMETRY, _blocks([7]), 1)
     reader = _Probed(accepts=lambda data: oracle.crc32c(data) == 0xB798B438)
-    refusal = RefusalEvidence(
-        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
-    )
+    refusal = _valid_refused(envelope)
     got = attribute(refusal, ["READ-ACCEPT"], reader).cause
     assert got is not None
     assert got.id == "crc-residue-uncomplemented"
@@ -190,9 +196,7 @@ def test_a_reader_reading_its_refused_envelope_in_a_new_pool_names_no_crc_mistak
     # refused in the case's pool, read in the probe's: the trailer was not what refused it, so
     # the resealed envelopes it reads too show no CRC mistake
     envelope = oracle.encode(GEOMETRY, _blocks([7]), 1)
-    refusal = RefusalEvidence(
-        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
-    )
+    refusal = _valid_refused(envelope)
     assert attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=lambda data: True)).cause is None
 
 
@@ -202,9 +206,7 @@ def test_a_reader_without_the_final_complement_is_found_by_probe() -> None:
     reader = _Probed(
         accepts=lambda data: data[-4:] == struct.pack("<I", oracle.crc32c(data[:-4]) ^ 0xFFFFFFFF)
     )
-    refusal = RefusalEvidence(
-        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
-    )
+    refusal = _valid_refused(envelope)
     got = attribute(refusal, ["READ-ACCEPT"], reader).cause
     assert got is not None
     assert got.id == "crc-no-final-xor", got
@@ -235,9 +237,7 @@ def test_a_reader_unpacking_version_and_dtype_swapped() -> None:
         return oracle.crc32c(data[:-4]) == struct.unpack_from("<I", data, len(data) - 4)[0]
 
     assert not accepts(envelope)
-    refusal = RefusalEvidence(
-        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
-    )
+    refusal = _valid_refused(envelope)
     got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=accepts)).cause
     assert got is not None
     assert got.id == "header-fields-swapped:version+dtype"
@@ -289,9 +289,7 @@ def test_a_reader_refusing_values_past_the_fill_that_are_not_zero() -> None:
     envelope[40 : 40 + padded.nbytes] = padded.astype("<u2").tobytes()
     data = oracle.seal(bytes(envelope))
     assert not _accepts_unless_padded(data)
-    refusal = RefusalEvidence(
-        frozenset(), frozenset(), "EFORMAT", data, pool=ReaderPool(GEOMETRY, 3, 3)
-    )
+    refusal = _valid_refused(data)
     got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_accepts_unless_padded)).cause
     assert got is not None
     assert got.id == "refuses-valid:padding-not-zero"
@@ -329,9 +327,7 @@ def test_a_reader_checking_records_by_the_payload_size() -> None:
     payload = GEOMETRY.payload_size(1)
     reader = _Probed(accepts=_checks_records_by(payload))
     assert not reader.accepts(envelope)
-    refusal = RefusalEvidence(
-        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
-    )
+    refusal = _valid_refused(envelope)
     got = attribute(refusal, ["READ-ACCEPT"], reader).cause
     assert got is not None
     assert got.id == f"record-stride:{payload}"
@@ -372,14 +368,13 @@ def _checks_crc_by_eights(data: bytes) -> bool:
 
 
 def test_a_reader_whose_crc_loop_by_eight_has_no_remainder() -> None:
-    pool = ReaderPool(GEOMETRY, 3, 3)
     empty = oracle.encode(GEOMETRY, [], 1)  # 28 bytes of body: by 8 and by 16 differ
-    refusal = RefusalEvidence(frozenset(), frozenset(), "EFORMAT", empty, pool=pool)
+    refusal = _valid_refused(empty)
     got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_checks_crc_by_eights)).cause
     assert got is not None
     assert got.id == "crc-tail-dropped:8"
     two = oracle.encode(GEOMETRY, _blocks([7, 8]), 2)  # 916 bytes: both leave 4 bytes out
-    refusal = RefusalEvidence(frozenset(), frozenset(), "EFORMAT", two, pool=pool)
+    refusal = _valid_refused(two)
     got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_checks_crc_by_eights)).cause
     assert got is not None
     assert got.id == "one-of:crc-tail-dropped:8+crc-tail-dropped:16"
@@ -398,9 +393,7 @@ def test_a_reader_refusing_bodies_not_a_multiple_of_8_is_not_named_by_a_property
     # property alone would seem to explain the refusal; two blocks (1588 bytes) are refused
     assert accepts(oracle.encode(GEOMETRY, _blocks([7]), 1))
     assert not accepts(oracle.encode(GEOMETRY, _blocks([7, 8]), 1))
-    refusal = RefusalEvidence(
-        frozenset(), frozenset(), "EFORMAT", empty, pool=ReaderPool(GEOMETRY, 3, 3)
-    )
+    refusal = _valid_refused(empty)
     got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=accepts)).cause
     assert got is None or not got.id.startswith("refuses-valid:")
 
@@ -410,9 +403,7 @@ def test_a_reader_refusing_no_blocks_is_named_so() -> None:
         return _reads(data) and oracle.decode(data).n_blocks > 0
 
     empty = oracle.encode(GEOMETRY, [], 1)
-    refusal = RefusalEvidence(
-        frozenset(), frozenset(), "EFORMAT", empty, pool=ReaderPool(GEOMETRY, 3, 3)
-    )
+    refusal = _valid_refused(empty)
     got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=accepts)).cause
     assert got is not None
     assert got.id == "refuses-valid:zero-blocks"
