@@ -1,7 +1,8 @@
 """General models of a v2 reader's decoder: the e4m3 table wrong on one class of codes, the
-slab scales taken from the wrong place, or each read as a fixed transform of itself. Each recomputes the values read back from the source
-record's codes and scales, and is named only where it gives every value read back exactly
-(through an import read back, or a v1 export of blocks imported from v2)."""
+slab scales taken from the wrong place, or each read as a fixed transform of itself. Each
+recomputes the values read back from the source record's codes and scales, and is named only
+where it gives every value read back exactly (through an import read back, or a v1 export of
+blocks imported from v2)."""
 
 from __future__ import annotations
 
