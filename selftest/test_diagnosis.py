@@ -967,7 +967,12 @@ def test_a_v2_decode_computed_in_a_narrower_format(name: str, narrow) -> None:
     if (stored != oracle.round_to_f16(due)).any():
         evidence = ValuesEvidence(oracle.round_to_f16(due), stored, 4, "f16", (data, offset))
         got = attribute(evidence, ["READ-ACCEPT"], _Storing(oracle.round_to_f16))
-        assert [c.id for c in got.causes] == [f"v2-decode-in:{name}"]
+        # f16 only: the scale alone rounded to f16, the product in f32, gives the same f16
+        # values (e4m3 value x f16 scale is exact in f32), so "one of" the two
+        same = {"f16": ["v2-decode-scale-form:f16"], "bf16": []}[name]
+        ids = [*same, f"v2-decode-in:{name}"]
+        one_of = ["one-of:" + "+".join(ids)] if same else []
+        assert [c.id for c in got.causes] == [*one_of, *ids]
 
 
 def test_an_e4m3_negative_zero_decoded_without_its_sign_is_no_f16_store_mistake() -> None:

@@ -307,3 +307,97 @@ def test_a_decoder_taking_the_scales_from_the_wrong_place_is_named(cause: str, r
     got = attribute(evidence, [])
     assert got.cause is not None, got.causes
     assert got.cause.id == cause, got.causes
+
+
+# -- the decoder's scales read as a fixed transform of themselves -------------------------------
+
+FORM_GEOMETRY = oracle.Geometry(2, 1, 1, 4)  # two slabs (K, V) of 2 x 4 codes
+# 1.0, 1.5, 1.875, 0.5, 3.0, 448, -0.75, 2^-9 (a subnormal) in each slab
+FORM_CODES = [0x38, 0x3C, 0x3F, 0x30, 0x44, 0x7E, 0xB4, 0x01]
+SUBNORMAL_SCALE = 0x34122492  # 1.36e-7: an f16 subnormal, rounded to f16 it is 2^-23
+
+
+def _f32_of(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def _bits_of(value: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+def _form_envelope(scale_bits: tuple[int, int]) -> bytes:
+    scales = struct.pack("<2I", *scale_bits)
+    payload = bytes(FORM_CODES) * 2 + scales
+    head = oracle.encode_header(FORM_GEOMETRY, 2, 1) + struct.pack("<QI", 0, 2)
+    return oracle.seal(head + payload)
+
+
+def _form_read(scale_bits: tuple[int, int], read, f16_pool: bool) -> np.ndarray:
+    """The values a decoder applying `read(the written scale's f32 bits) -> the f32 it applies`
+    gives: each code's value (worked out above) times that scale, in f32, then held in the
+    pool's precision (struct's "e": f16, rounded to nearest even)."""
+    code_values = [1.0, 1.5, 1.875, 0.5, 3.0, 448.0, -0.75, 2.0**-9]
+    out = np.zeros(FORM_GEOMETRY.values_shape, dtype=F32)
+    for kv, bits in enumerate(scale_bits):
+        scale = F32(read(bits))
+        for at, value in enumerate(code_values):
+            product = float(F32(value) * scale)
+            if f16_pool:
+                product = struct.unpack("<e", struct.pack("<e", product))[0]
+            out[0, kv, 0, at // 4, at % 4] = product
+    return out
+
+
+def _bf16_rounded(bits: int) -> float:
+    return _f32_of((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000)
+
+
+SCALE_FORMS = {
+    "v2-decode-scale-form:power-of-two": lambda b: _f32_of(b & 0xFF800000),
+    "v2-decode-scale-form:bf16-truncated": lambda b: _f32_of(b & 0xFFFF0000),
+    "v2-decode-scale-form:bf16": _bf16_rounded,
+    "v2-decode-scale-form:f16": lambda b: struct.unpack("<e", struct.pack("<e", _f32_of(b)))[0],
+    "v2-decode-scale-form:big-endian": lambda b: struct.unpack(">f", struct.pack("<I", b))[0],
+    "v2-decode-scale-form:reciprocal": lambda b: F32(1) / F32(_f32_of(b)),
+}
+# 3/448 and 5/448 in f32: mantissas that every transform changes
+NORMAL_SCALES = (_bits_of(3 / 448), _bits_of(5 / 448))
+
+
+def _form_attribution(scale_bits: tuple[int, int], read, dtype: str) -> Attribution:
+    data = _form_envelope(scale_bits)
+    expected = oracle.decode(data).records[0].decoded.values
+    if dtype == "f16":
+        expected = oracle.round_to_f16(expected)
+    actual = _form_read(scale_bits, read, dtype == "f16")
+    assert not np.array_equal(expected.view(np.uint32), actual.view(np.uint32))
+    return attribute(ValuesEvidence(expected, actual, 2, dtype, (data, oracle.HEADER_SIZE)), [])
+
+
+@pytest.mark.parametrize("cause", SCALE_FORMS)
+def test_a_decoder_reading_each_scale_in_another_form_is_named(cause: str) -> None:
+    got = _form_attribution(NORMAL_SCALES, SCALE_FORMS[cause], "f32")
+    assert got.cause is not None, got.causes
+    assert got.cause.id == cause, got.causes
+
+
+def test_a_power_of_two_scale_on_an_f16_pool_is_not_named_as_the_product_in_f16() -> None:
+    """The ho10 mistake's values on an f16 pool, scales normal in f16: the product computed in
+    f16 reproduces none of it (the f16 store's rounding accounted for exactly)."""
+    read = SCALE_FORMS["v2-decode-scale-form:power-of-two"]
+    got = _form_attribution(NORMAL_SCALES, read, "f16")
+    assert got.cause is not None, got.causes
+    assert got.cause.id == "v2-decode-scale-form:power-of-two", got.causes
+
+
+def test_an_f16_subnormal_scale_names_the_product_in_f16_only_with_the_scale_forms() -> None:
+    """Issue 27, ho10: a scale that is an f16 subnormal (0x34122492) rounds in f16 to 2^-23,
+    its power of two too, so the product in f16 gives exactly the values of a power-of-two
+    scale: never named alone, but "one of" with each transform that gives them."""
+    read = SCALE_FORMS["v2-decode-scale-form:power-of-two"]
+    assert read(SUBNORMAL_SCALE) == SCALE_FORMS["v2-decode-scale-form:f16"](SUBNORMAL_SCALE)
+    got = _form_attribution((SUBNORMAL_SCALE, SUBNORMAL_SCALE), read, "f16")
+    assert got.cause is not None, got.causes
+    members = set(got.cause.id.removeprefix("one-of:").split("+"))
+    assert got.cause.id.startswith("one-of:"), got.causes
+    assert {"v2-decode-in:f16", "v2-decode-scale-form:power-of-two"} <= members, got.causes

@@ -1,13 +1,15 @@
-"""General models of a v2 reader's decoder: the e4m3 table wrong on one class of codes, and
-the slab scales taken from the wrong place. Each recomputes the values read back from the source
-record's codes and scales, and is named only where it gives every value read back exactly
-(through an import read back, or a v1 export of blocks imported from v2)."""
+"""General models of a v2 reader's decoder: the e4m3 table wrong on one class of codes, the
+slab scales taken from the wrong place, or each read as a fixed transform of itself. Each
+recomputes the values read back from the source record's codes and scales, and is named only
+where it gives every value read back exactly (through an import read back, or a v1 export of
+blocks imported from v2)."""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from .. import oracle
@@ -127,15 +129,79 @@ def decode_scale_place_causes(
     return named(causes)
 
 
+def _f32_bits_masked(mask: int) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda s: (s.astype(F32).view(np.uint32) & np.uint32(mask)).view(F32)
+
+
+# cause id -> (title, the scale a decoder applies for each written f32 scale)
+SCALE_FORMS: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
+    "v2-decode-scale-form:power-of-two": (
+        "each slab's scale read as a power of two (its mantissa dropped: & 0xFF800000)",
+        _f32_bits_masked(0xFF80_0000),
+    ),
+    "v2-decode-scale-form:f16": (
+        "each slab's scale rounded to f16 before it is applied",
+        lambda s: s.astype(np.float16).astype(F32),
+    ),
+    "v2-decode-scale-form:bf16": (
+        "each slab's scale rounded to bf16 before it is applied",
+        lambda s: s.astype(ml_dtypes.bfloat16).astype(F32),
+    ),
+    "v2-decode-scale-form:bf16-truncated": (
+        "each slab's scale truncated to bf16 (its low 16 bits dropped: & 0xFFFF0000)",
+        _f32_bits_masked(0xFFFF_0000),
+    ),
+    "v2-decode-scale-form:big-endian": (
+        "each slab's scale read as a big-endian f32 (the codes and other fields little-endian)",
+        lambda s: s.astype("<f4").view(">f4").astype(F32),
+    ),
+    "v2-decode-scale-form:reciprocal": (
+        "each slab's code values multiplied by 1 / scale (in f32) instead of by the scale",
+        lambda s: (F32(1) / s.astype(F32)).astype(F32),
+    ),
+}
+
+
+def decode_scale_form_causes(
+    codes: np.ndarray, scales: np.ndarray, matches: Callable[[np.ndarray], bool]
+) -> list[Cause]:
+    """A v2 decoder applying a fixed transform of each slab's written scale: the values read
+    back are the codes decoded right times the transformed scale (in f32, then stored in the
+    pool's precision by `matches`). Each transform that gives every value is a candidate; the
+    caller's `named` makes several "one of" (a scale whose transforms coincide, e.g. an f16
+    subnormal's rounding and its power of two)."""
+    values = oracle.e4m3_codes_to_f32(codes)
+    written = np.asarray(scales, dtype=F32)
+    causes = []
+    for cause_id, (title, transform) in SCALE_FORMS.items():
+        with np.errstate(all="ignore"):
+            read = transform(written)
+            if _same_values(read, written).all():
+                continue  # no slab's scale changes: the model says nothing here
+            if matches((values * read[..., None, None]).astype(F32)):
+                causes.append(
+                    Cause(
+                        cause_id,
+                        title,
+                        ("V2-DECODE",),
+                        "every value read back is its code's value times its slab's scale so "
+                        f"transformed (e.g. {float(written.ravel()[0])!r} read as "
+                        f"{float(read.ravel()[0])!r})",
+                    )
+                )
+    return causes
+
+
 def v2_decode_causes(
     codes: np.ndarray, scales: np.ndarray, matches: Callable[[np.ndarray], bool]
 ) -> list[Cause]:
     """The decoder's models here: a table wrong on a class of codes, the scales from the wrong
-    place."""
+    place, each scale read as a fixed transform of itself."""
     return named(
         [
             *decode_table_causes(codes, scales, matches),
             *decode_scale_place_causes(codes, scales, matches),
+            *decode_scale_form_causes(codes, scales, matches),
         ]
     )
 
