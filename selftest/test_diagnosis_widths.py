@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from collections.abc import Callable
 
 import numpy as np
 from tlkv_conformance import oracle
 from tlkv_conformance.adapters import Adapter, ImplInfo, PoolHandle
-from tlkv_conformance.diagnosis import attribute
+from tlkv_conformance.diagnosis import Cause, attribute
 from tlkv_conformance.diagnosis._crc_signatures import models_giving
 from tlkv_conformance.diagnosis._layout import residue_trailer
 from tlkv_conformance.errors import ImplementationFault
@@ -32,12 +33,13 @@ def _blocks(hashes: list[int]) -> list[oracle.Block]:
     return [oracle.Block(h, GEOMETRY.block_tokens, values) for h in hashes]
 
 
-def _valid_refused(envelope: bytes) -> RefusalEvidence:
-    """A valid envelope refused with EFORMAT by an import into a pool of 3 free blocks (the
-    pool the probes make again)."""
-    return RefusalEvidence(
+def _named_by_probe(envelope: bytes, accepts: Callable[[bytes], bool]) -> Cause | None:
+    """What the diagnosis names for a valid `envelope` refused with EFORMAT by an import into
+    a pool of 3 free blocks, probing a reader that accepts what `accepts` does."""
+    refusal = RefusalEvidence(
         frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 3, 3)
     )
+    return attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=accepts)).cause
 
 
 class _Probed(Adapter):
@@ -185,9 +187,7 @@ def test_a_residue_trailer_gives_the_residue_asked() -> None:
 
 def test_a_reader_checking_the_uncomplemented_residue() -> None:
     envelope = oracle.encode(GEOMETRY, _blocks([7]), 1)
-    reader = _Probed(accepts=lambda data: oracle.crc32c(data) == 0xB798B438)
-    refusal = _valid_refused(envelope)
-    got = attribute(refusal, ["READ-ACCEPT"], reader).cause
+    got = _named_by_probe(envelope, lambda data: oracle.crc32c(data) == 0xB798B438)
     assert got is not None
     assert got.id == "crc-residue-uncomplemented"
 
@@ -196,18 +196,15 @@ def test_a_reader_reading_its_refused_envelope_in_a_new_pool_names_no_crc_mistak
     # refused in the case's pool, read in the probe's: the trailer was not what refused it, so
     # the resealed envelopes it reads too show no CRC mistake
     envelope = oracle.encode(GEOMETRY, _blocks([7]), 1)
-    refusal = _valid_refused(envelope)
-    assert attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=lambda data: True)).cause is None
+    assert _named_by_probe(envelope, lambda data: True) is None
 
 
 def test_a_reader_without_the_final_complement_is_found_by_probe() -> None:
     envelope = oracle.encode(GEOMETRY, _blocks([7]), 1)
     # the reader compares the trailer with the CRC's register before its final XOR
-    reader = _Probed(
-        accepts=lambda data: data[-4:] == struct.pack("<I", oracle.crc32c(data[:-4]) ^ 0xFFFFFFFF)
+    got = _named_by_probe(
+        envelope, lambda data: data[-4:] == struct.pack("<I", oracle.crc32c(data[:-4]) ^ 0xFFFFFFFF)
     )
-    refusal = _valid_refused(envelope)
-    got = attribute(refusal, ["READ-ACCEPT"], reader).cause
     assert got is not None
     assert got.id == "crc-no-final-xor", got
 
@@ -237,12 +234,11 @@ def test_a_reader_unpacking_version_and_dtype_swapped() -> None:
         return oracle.crc32c(data[:-4]) == struct.unpack_from("<I", data, len(data) - 4)[0]
 
     assert not accepts(envelope)
-    refusal = _valid_refused(envelope)
-    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=accepts)).cause
+    got = _named_by_probe(envelope, accepts)
     assert got is not None
     assert got.id == "header-fields-swapped:version+dtype"
     # a reader that reads it (the refusal not reproduced): nothing named
-    assert attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_reads)).cause is None
+    assert _named_by_probe(envelope, _reads) is None
 
 
 def test_a_payload_read_after_a_padded_record_head() -> None:
@@ -289,12 +285,11 @@ def test_a_reader_refusing_values_past_the_fill_that_are_not_zero() -> None:
     envelope[40 : 40 + padded.nbytes] = padded.astype("<u2").tobytes()
     data = oracle.seal(bytes(envelope))
     assert not _accepts_unless_padded(data)
-    refusal = _valid_refused(data)
-    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_accepts_unless_padded)).cause
+    got = _named_by_probe(data, _accepts_unless_padded)
     assert got is not None
     assert got.id == "refuses-valid:padding-not-zero"
     # the same envelope refused by a reader that reads its padding: nothing named
-    assert attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_reads)).cause is None
+    assert _named_by_probe(data, _reads) is None
 
 
 def _checks_records_by(step: int):
@@ -325,16 +320,13 @@ def test_a_reader_checking_records_by_the_payload_size() -> None:
     ]
     envelope = oracle.encode(GEOMETRY, blocks, 1)
     payload = GEOMETRY.payload_size(1)
-    reader = _Probed(accepts=_checks_records_by(payload))
-    assert not reader.accepts(envelope)
-    refusal = _valid_refused(envelope)
-    got = attribute(refusal, ["READ-ACCEPT"], reader).cause
+    assert not _checks_records_by(payload)(envelope)
+    got = _named_by_probe(envelope, _checks_records_by(payload))
     assert got is not None
     assert got.id == f"record-stride:{payload}"
     assert "the 12-byte record head forgotten" in got.title
     # a reader stepping by the record's size reads it: nothing named
-    sound = _Probed(accepts=_checks_records_by(payload + 12))
-    assert attribute(refusal, ["READ-ACCEPT"], sound).cause is None
+    assert _named_by_probe(envelope, _checks_records_by(payload + 12)) is None
 
 
 # -- a CRC loop by W bytes with no remainder loop ------------------------------------------------
@@ -369,13 +361,11 @@ def _checks_crc_by_eights(data: bytes) -> bool:
 
 def test_a_reader_whose_crc_loop_by_eight_has_no_remainder() -> None:
     empty = oracle.encode(GEOMETRY, [], 1)  # 28 bytes of body: by 8 and by 16 differ
-    refusal = _valid_refused(empty)
-    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_checks_crc_by_eights)).cause
+    got = _named_by_probe(empty, _checks_crc_by_eights)
     assert got is not None
     assert got.id == "crc-tail-dropped:8"
     two = oracle.encode(GEOMETRY, _blocks([7, 8]), 2)  # 916 bytes: both leave 4 bytes out
-    refusal = _valid_refused(two)
-    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=_checks_crc_by_eights)).cause
+    got = _named_by_probe(two, _checks_crc_by_eights)
     assert got is not None
     assert got.id == "one-of:crc-tail-dropped:8+crc-tail-dropped:16"
 
@@ -393,8 +383,7 @@ def test_a_reader_refusing_bodies_not_a_multiple_of_8_is_not_named_by_a_property
     # property alone would seem to explain the refusal; two blocks (1588 bytes) are refused
     assert accepts(oracle.encode(GEOMETRY, _blocks([7]), 1))
     assert not accepts(oracle.encode(GEOMETRY, _blocks([7, 8]), 1))
-    refusal = _valid_refused(empty)
-    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=accepts)).cause
+    got = _named_by_probe(empty, accepts)
     assert got is None or not got.id.startswith("refuses-valid:")
 
 
@@ -403,7 +392,6 @@ def test_a_reader_refusing_no_blocks_is_named_so() -> None:
         return _reads(data) and oracle.decode(data).n_blocks > 0
 
     empty = oracle.encode(GEOMETRY, [], 1)
-    refusal = _valid_refused(empty)
-    got = attribute(refusal, ["READ-ACCEPT"], _Probed(accepts=accepts)).cause
+    got = _named_by_probe(empty, accepts)
     assert got is not None
     assert got.id == "refuses-valid:zero-blocks"
