@@ -125,6 +125,7 @@ def envelope_attribution(
     pool_dtype: str = "",
     held_read_back: bool = False,
     released: Sequence[oracle.Block] = (),
+    given: Sequence[oracle.Block] = (),
 ) -> tuple[list[Cause], set[str], str]:
     """(causes, the requirements of the fields that differ, symptom) for an export `actual`
     where the oracle wrote `expected` from `blocks` (when known), the blocks `block_ids` of a
@@ -132,7 +133,9 @@ def envelope_attribution(
     only where the blocks were not read back right first (`held_read_back`), and in a v2 export,
     where the codes come from what the pool holds, alongside the e4m3 writer's mistakes that
     give the same bytes ("one of"); in a v1 export the store and the f16 conversion are one.
-    `released`: blocks the pool held and released before, whose slot a block may reuse."""
+    `released`: blocks the pool held and released before, whose slot a block may reuse;
+    `given`: the blocks as the writes gave them in f32 (when known), what a v1 export's f16
+    store or converter is fitted on."""
     if len(expected) != len(actual):
         return _length_causes(expected, actual), {"ENV-SIZE"}, ""
     try:
@@ -162,11 +165,13 @@ def envelope_attribution(
     if causes or not blocks:
         return causes, reqs, ""
     if shape.version == 1:
-        causes = _held_value_causes(shape, actual, blocks) or _v1_value_causes(
-            shape, expected, actual
+        # the f16 conversion recomputed on the values it was given first: the codes alone
+        # (_v1_value_causes) cannot tell which values past the range were written how
+        causes = (
+            _held_value_causes(shape, actual, blocks)
+            or held_f16_causes([], shape.geometry, 1, actual, given or blocks)
+            or _v1_value_causes(shape, expected, actual)
         )
-        if not causes:
-            causes = held_f16_causes(causes, shape.geometry, 1, actual, blocks)
         return causes, reqs, ""
     causes = _v2_numeric_causes(shape, expected, actual, blocks, released) or v2_writer_causes(
         _scaled_records(shape, expected, actual, blocks)
