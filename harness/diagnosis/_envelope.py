@@ -16,6 +16,7 @@ from ._crc_signatures import crc_trailer_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
 from ._orders import axis_order_layouts, field_source_causes, records_permuted_causes
+from ._scale_floor import scale_floor_causes
 from ._v2_layout import ScaledRecord, v2_writer_causes
 from ._widths import field_width_causes
 
@@ -173,8 +174,11 @@ def envelope_attribution(
             or _v1_value_causes(shape, expected, actual)
         )
         return causes, reqs, ""
-    causes = _v2_numeric_causes(shape, expected, actual, blocks, released) or v2_writer_causes(
-        _scaled_records(shape, expected, actual, blocks)
+    records = _scaled_records(shape, expected, actual, blocks)
+    causes = (
+        _v2_numeric_causes(shape, expected, actual, blocks, released)
+        or v2_writer_causes(records)
+        or scale_floor_causes(records)
     )
     if not held_read_back:
         causes = held_f16_causes(
