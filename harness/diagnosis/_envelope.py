@@ -16,6 +16,7 @@ from ._crc_signatures import crc_trailer_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
 from ._orders import axis_order_layouts, field_source_causes, records_permuted_causes
+from ._padding_axis import padding_axis_causes
 from ._scale_floor import scale_floor_causes
 from ._v2_layout import ScaledRecord, v2_writer_causes
 from ._widths import field_width_causes
@@ -163,6 +164,9 @@ def envelope_attribution(
         ) or field_source_causes(expected, actual, offsets, _HEADER_REQS, pool_dtype)
     if not causes:
         causes = _padding_causes(shape, reqs)
+    if not causes and blocks:
+        records = [(r.payload, r.n_tokens) for r in shape.records]
+        causes = padding_axis_causes(shape.version, expected, actual, records, blocks)
     if causes or not blocks:
         return causes, reqs, ""
     if shape.version == 1:
