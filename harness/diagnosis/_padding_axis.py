@@ -13,8 +13,8 @@ import numpy as np
 from .. import oracle
 from ._causes import Cause
 from ._codec_model import named
+from ._orders import _AXIS_NAMES as AXES
 
-AXES = ("L", "2", "Hkv", "B", "D")
 AXIS_NAMES = {
     "L": "the layer axis L",
     "2": "the K/V axis",
