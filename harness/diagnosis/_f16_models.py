@@ -60,7 +60,8 @@ class OverflowRule:
         if self.threshold < F16_OVERFLOW:
             effect = "values that round to 65504 written as infinities"
         else:
-            effect = f"the values from 65520 to {self.threshold:g} written as 65504"
+            end = "excluded" if self.inclusive else "included"
+            effect = f"the values from 65520 up to {self.threshold:g} ({end}) written as 65504"
         carry = (
             ", below it a rounding carried past 65504 written as 65504"
             if self.carry_saturates
