@@ -35,7 +35,9 @@ class EnvelopeEvidence:
     the pool holds is known right (no mistake of its store explains the export).
     `released`: blocks written and released before the export (in the pool's precision),
     whose slots the exported blocks may reuse. `sources`: for each block exported, the envelope
-    and record offset it was imported from (None for a block written; empty where unknown)."""
+    and record offset it was imported from (None for a block written; empty where unknown).
+    `given`: the blocks as the writes gave them, in f32, before the pool's precision (empty
+    where unknown), so that an f16 store's mistake is fitted on what it was given."""
 
     expected: bytes
     actual: bytes
@@ -45,6 +47,7 @@ class EnvelopeEvidence:
     held_read_back: bool = False
     released: tuple[oracle.Block, ...] = ()
     sources: tuple[tuple[bytes, int] | None, ...] = ()
+    given: tuple[oracle.Block, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -110,6 +110,7 @@ def _analyse(
             evidence.pool_dtype,
             evidence.held_read_back,
             evidence.released,
+            evidence.given,
         )
         if not causes:
             causes = imported_decode_causes(evidence.actual, evidence.sources)
