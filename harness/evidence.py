@@ -98,6 +98,9 @@ class RefusalEvidence:
     rules_first: bool = False
     pool: ReaderPool | None = None
     fault: str = ""
+    # The refused call was a write of (block_hash, n_tokens) into a pool of that geometry:
+    # the diagnosis probes the write's rule (tlkv_conformance.diagnosis._pool_models).
+    write: tuple[oracle.Geometry, int, int] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +125,30 @@ class StaleHashEvidence:
     """find() still finds `block_hash` after its block's last reference was released."""
 
     block_hash: int
+
+
+@dataclass(frozen=True)
+class PoolStep:
+    """One pool operation a case made and what it answered. `op`: write, retain, release,
+    find, free or read (any other: a step no pool model replays); `block`: the label of the
+    block it made or acted on; `block_hash`: a write's or a find's hash; `answer`: "ok", a
+    refusal's status, the label of the block a find answered, or a free count."""
+
+    op: str
+    block: str = ""
+    block_hash: int = 0
+    answer: str | int = "ok"
+
+
+@dataclass(frozen=True, eq=False)
+class PoolHistoryEvidence:
+    """A pool case's steps up to and including the one that failed, each with its answer, in
+    a pool of `geometry` and `capacity` (the diagnosis replays them on models of the pool's
+    bookkeeping)."""
+
+    geometry: oracle.Geometry
+    capacity: int
+    steps: tuple[PoolStep, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,4 +224,5 @@ Evidence = (
     | KnownMistake
     | FaultEvidence
     | OrderEvidence
+    | PoolHistoryEvidence
 )

@@ -30,6 +30,7 @@ from ..evidence import (
     KnownMistake,
     OrderEvidence,
     PoolChangeEvidence,
+    PoolHistoryEvidence,
     RefusalEvidence,
     SizeEvidence,
     StaleHashEvidence,
@@ -42,7 +43,8 @@ from ._faults import fault_title
 from ._hash_signatures import hash_causes
 from ._layout import record_stride_causes, swapped_field_causes
 from ._orders import permutation_causes
-from ._probe import probe_chunk_crc, probe_reader, registry_probe_fits
+from ._pool_models import history_causes, write_rule_causes
+from ._probe import probe_chunk_crc, probe_reader, registry_answers, registry_probe_fits
 from ._refusals import (
     envelope_properties,
     fault_cause_id,
@@ -150,6 +152,13 @@ def _analyse(
         ):
             reqs = {r for c in found for r in c.reqs}
             return found, reqs, VALID_REFUSED.format(code=evidence.actual)
+        if (
+            evidence.write is not None
+            and evidence.actual
+            and not evidence.rules
+            and (found := write_rule_causes(implementation, *evidence.write, evidence.actual))
+        ):
+            return found, {"POOL-WRITE-ARGS"}, VALID_REFUSED.format(code=evidence.actual)
         return _refusal(evidence, probed)
     if isinstance(evidence, PoolChangeEvidence):
         cause = Cause(
@@ -223,6 +232,11 @@ def _analyse(
             f"the items due at {found}, in that order",
         )
         return causes, set(evidence.reqs), ""
+    if isinstance(evidence, PoolHistoryEvidence):
+        answers = registry_answers(implementation, evidence.geometry) if implementation else None
+        # the probe's written blocks: both found, or neither (else it tells nothing here)
+        registered = None if answers is None or len(set(answers[:2])) != 1 else answers[0]
+        return history_causes(evidence, registered), {"POOL-REFS", "POOL-FIND"}, ""
     if isinstance(evidence, StaleHashEvidence):
         cause = Cause(
             "release-keeps-hash",

@@ -151,7 +151,12 @@ def write_all(
         except Refused as refusal:
             raise CaseFailure(
                 f"{what} block {index}: {refusal}",
-                RefusalEvidence(frozenset(), frozenset(), refusal.code),
+                RefusalEvidence(
+                    frozenset(),
+                    frozenset(),
+                    refusal.code,
+                    write=(pool.geometry, plan.block_hash, plan.n_tokens),
+                ),
             ) from None
     return ids
 

@@ -1,0 +1,266 @@
+"""Models of a pool's bookkeeping: the write's argument rule and the references and registry
+behind release and find, each parametrised by the mistakes a pool makes in it and named only
+where exactly one parameter reproduces every answer the evidence holds.
+
+- *The write's rule* (a valid write refused): the write's hash/fill rule as the pool applies
+  it, probed with one write of each kind of block into a new pool (`Adapter.probe_write_read`):
+  a full block with a hash, a full block with hash 0, a partial block with hash 0 (all three
+  valid) and a partial block with a hash (refused with EINVAL). The variant whose refusals are
+  exactly the probe's, with the case's own status, and which refuses the case's write, is named
+  ("one of" where several are: with B = 1 there is no partial block to probe).
+- *A pool's history* (a find refused for a block still held): the case's steps, with their
+  answers, replayed on a small model of the pool's references and hash registry, whose entry is
+  removed at the last release (due), at any release, or never. The registry probe
+  (`registry_finds_all`) settles whether writes register at all (a find that fails for every
+  block fits every removal rule)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import oracle
+from ..adapters import Adapter
+from ..errors import ImplementationFault, NotObservable, Refused
+from ..evidence import PoolHistoryEvidence, PoolStep
+from ._causes import VALID_REFUSED, Cause
+from ._signatures import one_of
+
+# -- the write's rule ---------------------------------------------------------------------------
+
+WRITE_REFUSES = "write-refuses-valid:"
+PROBE_HASH = 0x7E57_0000_0000_0A11  # a hash no case writes (the probe's pool is new anyway)
+
+
+@dataclass(frozen=True)
+class _WriteKind:
+    """A kind of write by its hash and fill: `valid` whether the format allows it."""
+
+    name: str
+    hashed: bool
+    full: bool
+
+    @property
+    def valid(self) -> bool:
+        return self.full or not self.hashed
+
+    def of(self, block_hash: int, n_tokens: int, block_tokens: int) -> bool:
+        return bool(block_hash) == self.hashed and (n_tokens == block_tokens) == self.full
+
+
+KINDS = (
+    _WriteKind("full-hashed", True, True),
+    _WriteKind("full-hash-zero", False, True),
+    _WriteKind("partial-hash-zero", False, False),
+    _WriteKind("partial-hashed", True, False),
+)
+
+
+@dataclass(frozen=True)
+class _WriteRule:
+    """A write rule refusing the valid kinds `refuses` (and every invalid one)."""
+
+    name: str
+    refuses: frozenset[str]
+    title: str
+
+
+WRITE_RULES = (
+    _WriteRule(
+        "full-block-hash-zero",
+        frozenset({"full-hash-zero"}),
+        "a write of a full block with hash 0 refused: the hash rule taken both ways (a block "
+        "must be full if hashed, and hashed if full)",
+    ),
+    _WriteRule(
+        "hash-zero",
+        frozenset({"full-hash-zero", "partial-hash-zero"}),
+        "a write of a block with hash 0, full or partial, refused (a hash required of every block)",
+    ),
+    _WriteRule(
+        "partial-block",
+        frozenset({"partial-hash-zero"}),
+        "a write of a partial block (hash 0) refused (every written block required full)",
+    ),
+    _WriteRule(
+        "hashed-block",
+        frozenset({"full-hashed"}),
+        "a write of a full block with a hash refused (the hash rule reversed: a hashed block "
+        "refused)",
+    ),
+)
+
+_answers: weakref.WeakKeyDictionary[Adapter, dict[oracle.Geometry, dict[str, str] | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def write_rule_causes(
+    implementation: Adapter | None,
+    geometry: oracle.Geometry,
+    block_hash: int,
+    n_tokens: int,
+    code: str,
+) -> list[Cause]:
+    """The write rule that refuses a valid write of (`block_hash`, `n_tokens`) with `code`, as
+    the probe's writes of each kind answer ("one of" them where several fit: with B = 1 no
+    partial block is probed); none where no rule fits or the probe cannot tell (a fault, a
+    pool refused)."""
+    if implementation is None:
+        return []
+    known = _answers.setdefault(implementation, {})
+    if geometry not in known:
+        known[geometry] = _probe_kinds(implementation, geometry)
+    answers = known[geometry]
+    refused = next((k for k in KINDS if k.of(block_hash, n_tokens, geometry.block_tokens)), None)
+    if answers is None or refused is None or not refused.valid:
+        return []
+    fits = [rule for rule in WRITE_RULES if _fits(rule, answers, refused.name, code)]
+    seen = ", ".join(f"{name} {answer}" for name, answer in answers.items())
+    causes = [
+        Cause(
+            WRITE_REFUSES + rule.name,
+            rule.title,
+            ("POOL-WRITE-ARGS",),
+            f"write of hash {block_hash:#x}, n_tokens {n_tokens} refused with {code}; "
+            f"one write of each kind into a new pool: {seen}",
+            frozenset({VALID_REFUSED.format(code=code)}),
+        )
+        for rule in fits
+    ]
+    # Where B is 1 no partial block tells the rules about it apart: one of them, which the
+    # run's other geometries settle.
+    return [one_of(causes), *causes] if len(causes) > 1 else causes
+
+
+def _fits(rule: _WriteRule, answers: dict[str, str], refused: str, code: str) -> bool:
+    if refused not in rule.refuses:
+        return False
+    for kind in KINDS:
+        if kind.name not in answers:
+            continue  # no partial block where B is 1
+        answer = answers[kind.name]
+        if not kind.valid:
+            if answer == "ok":
+                return False  # the due refusal missing: another mistake
+        elif (answer == code) != (kind.name in rule.refuses) or answer not in ("ok", code):
+            return False
+    return True
+
+
+def _probe_kinds(implementation: Adapter, geometry: oracle.Geometry) -> dict[str, str] | None:
+    """Each kind's answer to one write into a new pool: "ok" or the refusal's status."""
+    zeros = np.zeros(geometry.values_shape, np.float32)
+    answers = {}
+    for kind in KINDS:
+        n_tokens = geometry.block_tokens - (0 if kind.full else 1)
+        if n_tokens < 1:
+            continue
+        try:
+            implementation.probe_write_read(
+                geometry, PROBE_HASH if kind.hashed else 0, n_tokens, zeros
+            )
+            answers[kind.name] = "ok"
+        except Refused as refusal:
+            answers[kind.name] = refusal.code
+        except (ImplementationFault, NotObservable):
+            return None
+    return answers
+
+
+# -- a pool's history: references and the hash registry ----------------------------------------
+
+# When a block's hash leaves the registry: at the release of its last reference (due), at any
+# release, or never.
+DUE_REMOVAL = "last-release"
+REMOVALS = {
+    DUE_REMOVAL: None,
+    "any-release": (
+        "release-unregisters:any-release",
+        "a release removes the block's hash from the registry at any release, not at its last: "
+        "a block still held is no longer found by its hash",
+    ),
+    "never": (
+        "release-keeps-hash",
+        "releasing a block's last reference leaves its hash registered",
+    ),
+}
+
+
+def history_causes(history: PoolHistoryEvidence, writes_registered: bool | None) -> list[Cause]:
+    """The removal rule (REMOVALS) with which a model of the pool's references and registry
+    gives every answer of `history`, where the due one does not; none where several fit.
+    `writes_registered`: whether the registry probe found written blocks by their hash (None:
+    it could not tell, and a model whose writes register nothing stays a candidate)."""
+    registering = (True, False) if writes_registered is None else (writes_registered,)
+    fits = [
+        (registers, removal)
+        for registers in registering
+        for removal in REMOVALS
+        if _replays(history.steps, history.capacity, registers, removal)
+    ]
+    if (True, DUE_REMOVAL) in fits or len(fits) != 1:
+        return []
+    ((registers, removal),) = fits
+    named = REMOVALS[removal]
+    if not registers or named is None:
+        return []  # a registry that registers nothing: the registry probe's causes
+    cause_id, title = named
+    last = history.steps[-1]
+    return [
+        Cause(
+            cause_id,
+            title,
+            ("POOL-REFS", "POOL-FIND"),
+            f"find({last.block_hash:#x}) answered {last.answer}; the case's {len(history.steps)}"
+            " steps replayed with the hash removed "
+            + ("at any release" if removal == "any-release" else "never")
+            + " give every answer, the free counts included",
+        )
+    ]
+
+
+def _replays(steps: Sequence[PoolStep], capacity: int, registers: bool, removal: str) -> bool:
+    """Whether a pool of `capacity` whose writes register their hash (`registers`) and whose
+    registry drops a hash as `removal` says answers every step as the implementation did."""
+    refs: dict[str, int] = {}
+    hashes: dict[str, int] = {}
+    registry: dict[int, str] = {}
+    free = capacity
+    for number, step in enumerate(steps):
+        block = step.block or f"#{number}"  # an unlabelled write's block
+        answer: str | int
+        if step.op == "write" and step.answer not in ("ok", "ENOMEM"):
+            answer = step.answer  # an argument refused: the write's rule, not modelled here
+        elif step.op == "write":
+            answer = "ENOMEM" if free == 0 else "ok"
+            if free:
+                free -= 1
+                refs[block], hashes[block] = 1, step.block_hash
+                if registers and step.block_hash:
+                    registry.setdefault(step.block_hash, block)
+        elif step.op in ("retain", "read"):
+            answer = "ok" if refs.get(block, 0) > 0 else "EINVAL"
+            if answer == "ok" and step.op == "retain":
+                refs[block] += 1
+        elif step.op == "release":
+            answer = "ok" if refs.get(block, 0) > 0 else "EINVAL"
+            if answer == "ok":
+                refs[block] -= 1
+                if refs[block] == 0:
+                    free += 1
+                removed = removal == "any-release" or (removal == DUE_REMOVAL and not refs[block])
+                if removed and registry.get(hashes[block]) == block:
+                    del registry[hashes[block]]
+        elif step.op == "find":
+            answer = registry.get(step.block_hash, "ENOTFOUND")
+        elif step.op == "free":
+            answer = free
+        else:
+            return False  # a step no model here replays (an import, another pool)
+        if answer != step.answer:
+            return False
+    return True
