@@ -168,6 +168,9 @@ class KnownMistake:
     # its registry probe in a new pool of it answers as the cause says (find may miss that one
     # hash or that one block for another reason).
     registry_probe: oracle.Geometry | None = None
+    # Where find refused an imported hash: the envelope imported and that hash, so that the
+    # diagnosis imports it again in other orders (which of two hashes find misses).
+    imported: tuple[bytes, int] | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,7 +9,12 @@ from tlkv_conformance import oracle
 from tlkv_conformance.adapters import Adapter, ImplInfo, PoolHandle
 from tlkv_conformance.diagnosis import attribute
 from tlkv_conformance.errors import Refused
-from tlkv_conformance.evidence import PoolHistoryEvidence, PoolStep, RefusalEvidence
+from tlkv_conformance.evidence import (
+    KnownMistake,
+    PoolHistoryEvidence,
+    PoolStep,
+    RefusalEvidence,
+)
 
 GEOMETRY = oracle.Geometry(4, 2, 2, 8)
 
@@ -132,3 +137,78 @@ def test_a_release_that_frees_the_block_early_fits_no_removal_rule() -> None:
 def test_a_history_with_a_step_no_model_replays_names_nothing() -> None:
     steps = (PoolStep("use"), *SEVERAL_REFERENCES)
     assert _history(steps, [True] * 4).cause is None
+
+
+# -- the registry's order -----------------------------------------------------------------------
+
+
+class _Table(Adapter):
+    """A registry of 8 slots, each hash's home slot its low 3 bits, written as the mistake
+    writes it: `lookup` "home" reads only the home slot (insertion probes on), `insert`
+    "overwrite" puts a hash in its home slot whatever is there (lookup probes on)."""
+
+    def __init__(self, lookup: str = "probe", insert: str = "probe") -> None:
+        super().__init__("table")
+        self.lookup, self.insert = lookup, insert
+
+    info = _Pooled.info
+    block_hash = _Pooled.block_hash
+    open_pool = _Pooled.open_pool
+
+    def probe_find_after(self, geometry, written, data, hashes) -> list[bool]:
+        hashes = [h for h, _, _ in written] + list(hashes)
+        table: list[int | None] = [None] * 8
+        for h in hashes:
+            if not h:
+                continue
+            slot = h & 7
+            if self.insert == "probe":
+                while table[slot] is not None:
+                    slot = (slot + 1) & 7
+            table[slot] = h
+        found = []
+        for h in hashes:
+            slot = h & 7
+            while table[slot] is not None and table[slot] != h and self.lookup == "probe":
+                slot = (slot + 1) & 7
+            found.append(bool(h) and table[slot] == h)
+        return found
+
+
+def _blocks(hashes: list[int]) -> bytes:
+    values = np.zeros(GEOMETRY.values_shape, np.float32)
+    return oracle.encode(GEOMETRY, [oracle.Block(h, 4, values) for h in hashes], 1)
+
+
+def _import_missed(adapter: Adapter, hashes: list[int], missed: int):
+    evidence = KnownMistake(
+        "import-not-registered",
+        "imported blocks stored but their hashes not registered",
+        ("READ-ACCEPT",),
+        registry_probe=GEOMETRY,
+        imported=(_blocks(hashes), missed),
+    )
+    return attribute(evidence, ["READ-ACCEPT"], adapter)
+
+
+# 0x11 and 0x29 share home slot 1; 0x3a has slot 2 to itself
+COLLIDING = [0x11, 0x3A, 0x29]
+
+
+def test_a_find_reading_only_the_home_slot_misses_the_later_registered() -> None:
+    found = _import_missed(_Table(lookup="home"), COLLIDING, 0x29)
+    assert found.cause.id == "registry-misses:later-registered"
+    assert found.blamed == ("POOL-FIND",)
+    assert "misses 0x11 alone" in found.cause.evidence
+
+
+def test_an_insertion_overwriting_its_home_slot_loses_the_earlier_registered() -> None:
+    found = _import_missed(_Table(insert="overwrite"), COLLIDING, 0x11)
+    assert found.cause.id == "registry-misses:earlier-registered"
+
+
+def test_a_hash_missed_in_a_new_pool_too_whatever_the_order_names_no_order() -> None:
+    # the registry works: the case's miss is not made again in a new pool
+    assert _import_missed(_Table(), COLLIDING, 0x29).cause is None
+    # three hashes in one slot: two missed, no pair to name
+    assert _import_missed(_Table(lookup="home"), [0x11, 0x29, 0x31], 0x29).cause is None

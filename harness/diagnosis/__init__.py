@@ -43,7 +43,7 @@ from ._faults import fault_title
 from ._hash_signatures import hash_causes
 from ._layout import record_stride_causes, swapped_field_causes
 from ._orders import permutation_causes
-from ._pool_models import history_causes, write_rule_causes
+from ._pool_models import history_causes, registry_order_causes, write_rule_causes
 from ._probe import probe_chunk_crc, probe_reader, registry_answers, registry_probe_fits
 from ._refusals import (
     envelope_properties,
@@ -211,6 +211,12 @@ def _analyse(
         if evidence.registry_probe is not None and not registry_probe_fits(
             implementation, evidence.registry_probe, evidence.cause
         ):
+            if evidence.imported is not None and (
+                found := registry_order_causes(
+                    implementation, evidence.registry_probe, *evidence.imported
+                )
+            ):
+                return found, {"POOL-FIND"}, ""
             return [], set(evidence.reqs), ""
         cause = Cause(
             evidence.cause,

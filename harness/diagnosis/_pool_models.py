@@ -8,6 +8,10 @@ where exactly one parameter reproduces every answer the evidence holds.
   valid) and a partial block with a hash (refused with EINVAL). The variant whose refusals are
   exactly the probe's, with the case's own status, and which refuses the case's write, is named
   ("one of" where several are: with B = 1 there is no partial block to probe).
+- *The registry's order* (an imported hash find refuses, where the registry probe finds every
+  block): the import made again in new pools, as it was, reversed, and the missed record alone,
+  shows which of two hashes sharing a place in the registry find misses, the later or the
+  earlier registered (`registry_order_causes`).
 - *A pool's history* (a find refused for a block still held): the case's steps, with their
   answers, replayed on a small model of the pool's references and hash registry, whose entry is
   removed at the last release (due), at any release, or never. The registry probe
@@ -264,3 +268,73 @@ def _replays(steps: Sequence[PoolStep], capacity: int, registers: bool, removal:
         if answer != step.answer:
             return False
     return True
+
+
+# -- the registry's order: a hash missed where another took its place ---------------------------
+
+# Which of two hashes sharing a place in the registry find misses: the one registered later (a
+# lookup that reads only the first slot the hash maps to, where a probing insertion placed it
+# further on) or the one registered earlier (an insertion that overwrote its entry).
+REGISTRY_LOSES = {
+    "later-registered": (
+        "find misses a hash registered after another one that shares its place in the "
+        "registry: the lookup reads only the slot the hash maps to first (its home slot), "
+        "where the insertion probed further on"
+    ),
+    "earlier-registered": (
+        "a hash is no longer found once another one sharing its place in the registry is "
+        "registered after it: the insertion overwrites the entry there"
+    ),
+}
+
+
+def registry_order_causes(
+    implementation: Adapter | None, geometry: oracle.Geometry, data: bytes, missed: int
+) -> list[Cause]:
+    """Which hash of a colliding pair find misses (REGISTRY_LOSES), where find refused `missed`
+    after `data` was imported: the envelope imported again into new pools
+    (`Adapter.probe_find_after`), as it is (find must miss `missed` again, and one hash alone),
+    its records reversed (find must then miss one other hash alone, and find `missed`), and
+    `missed`'s record alone (found). Which of the two missed hashes came first names the
+    variant. The registry's size and hash are the implementation's: the claim is what the
+    orders show, whatever they are."""
+    if implementation is None:
+        return []
+    try:
+        envelope = oracle.decode(data, oracle.ReaderProfile(geometry))
+        forward = _missed(implementation, geometry, envelope, envelope.records)
+        backward = _missed(implementation, geometry, envelope, envelope.records[::-1])
+        record = next((r for r in envelope.records if r.block_hash == missed), None)
+        alone = None if record is None else _missed(implementation, geometry, envelope, [record])
+    except (ImplementationFault, NotObservable, Refused, oracle.Rejected, ValueError):
+        return []
+    if forward != [missed] or alone != [] or len(backward) != 1 or backward == [missed]:
+        return []
+    hashes = [r.block_hash for r in envelope.records]
+    (other,) = backward
+    first = hashes.index(other) < hashes.index(missed)
+    variant = "later-registered" if first else "earlier-registered"
+    return [
+        Cause(
+            "registry-misses:" + variant,
+            REGISTRY_LOSES[variant],
+            ("POOL-FIND",),
+            f"imported again into a new pool, find misses {missed:#x} alone; with the records "
+            f"reversed it finds it and misses {other:#x} alone; {missed:#x} imported alone is "
+            "found",
+        )
+    ]
+
+
+def _missed(
+    implementation: Adapter,
+    geometry: oracle.Geometry,
+    envelope: oracle.Envelope,
+    records: Sequence[oracle.Record],
+) -> list[int]:
+    """The hashes find misses after `records` are imported into a new pool, in that order."""
+    blocks = [oracle.Block(r.block_hash, r.n_tokens, r.decoded.values) for r in records]
+    data = oracle.encode(geometry, blocks, envelope.version)
+    hashes = [r.block_hash for r in records]
+    found = implementation.probe_find_after(geometry, [], data, hashes)
+    return [h for h, hit in zip(hashes, found, strict=True) if h and not hit]

@@ -323,6 +323,7 @@ def check_imported(
                         f"find({record.block_hash:#x}) refused with {refusal.code} after import",
                         yields_to=NOT_HELD,
                         registry_probe=pool.geometry,
+                        imported=(data, record.block_hash),
                     ),
                 ) from None
             if pool.read(found).block_hash != record.block_hash:
