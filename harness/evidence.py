@@ -144,11 +144,13 @@ class PoolStep:
 class PoolHistoryEvidence:
     """A pool case's steps up to and including the one that failed, each with its answer, in
     a pool of `geometry` and `capacity` (the diagnosis replays them on models of the pool's
-    bookkeeping)."""
+    bookkeeping). `fault`: the fault's message, where the last step faulted (its answer
+    "fault")."""
 
     geometry: oracle.Geometry
     capacity: int
     steps: tuple[PoolStep, ...]
+    fault: str = ""
 
 
 @dataclass(frozen=True, eq=False)

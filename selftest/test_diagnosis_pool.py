@@ -212,3 +212,36 @@ def test_a_hash_missed_in_a_new_pool_too_whatever_the_order_names_no_order() -> 
     assert _import_missed(_Table(), COLLIDING, 0x29).cause is None
     # three hashes in one slot: two missed, no pair to name
     assert _import_missed(_Table(lookup="home"), [0x11, 0x29, 0x31], 0x29).cause is None
+
+
+# cases/pool.yaml's write-enomem, as a pool whose search for a free block starts above the last
+# block handed out answers it: the write after a's release runs off the pool's end.
+WRITE_ENOMEM = (
+    PoolStep("write", "a", 0x1A),
+    PoolStep("write", "b", 0x1B),
+    PoolStep("free", answer=0),
+    PoolStep("write", "", 0x1C, "ENOMEM"),
+    PoolStep("release", "a"),
+    PoolStep("write", "c", 0x1C, "fault"),
+)
+CRASH = "crashed with SIGSEGV in tl_kv_pool_write"
+
+
+def _faulted(steps, capacity: int = 2):
+    evidence = PoolHistoryEvidence(GEOMETRY, capacity, tuple(steps), CRASH)
+    return attribute(evidence, ["POOL-ENOMEM"], _Pooled(registry=[True] * 4))
+
+
+def test_a_write_faulting_where_only_blocks_released_below_the_last_handed_out_are_free() -> None:
+    found = _faulted(WRITE_ENOMEM)
+    assert found.cause.id == "free-search:forward-only"
+    assert found.cause.title.startswith("tl_kv_pool_write crashes with SIGSEGV on a write")
+    assert found.blamed == ("POOL-REFS",)
+
+
+def test_a_write_faulting_with_a_free_block_above_the_last_handed_out_names_no_search() -> None:
+    # capacity 3: slot 2 is free above a and b, so a forward-only search finds it
+    steps = (*WRITE_ENOMEM[:2], PoolStep("release", "a"), PoolStep("write", "c", 0x1C, "fault"))
+    found = _faulted(steps, capacity=3)
+    assert found.cause is None
+    assert found.symptom  # the fault, as a symptom another cause may explain

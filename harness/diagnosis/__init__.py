@@ -242,7 +242,10 @@ def _analyse(
         answers = registry_answers(implementation, evidence.geometry) if implementation else None
         # the probe's written blocks: both found, or neither (else it tells nothing here)
         registered = None if answers is None or len(set(answers[:2])) != 1 else answers[0]
-        return history_causes(evidence, registered), {"POOL-REFS", "POOL-FIND"}, ""
+        causes = history_causes(evidence, registered)
+        if evidence.fault:  # a write that faulted: blamed on what the case cites, unnamed
+            return causes, set(), FAULT
+        return causes, {"POOL-REFS", "POOL-FIND"}, ""
     if isinstance(evidence, StaleHashEvidence):
         cause = Cause(
             "release-keeps-hash",

@@ -12,11 +12,13 @@ where exactly one parameter reproduces every answer the evidence holds.
   block): the import made again in new pools, as it was, reversed, and the missed record alone,
   shows which of two hashes sharing a place in the registry find misses, the later or the
   earlier registered (`registry_order_causes`).
-- *A pool's history* (a find refused for a block still held): the case's steps, with their
-  answers, replayed on a small model of the pool's references and hash registry, whose entry is
-  removed at the last release (due), at any release, or never. The registry probe
-  (`registry_finds_all`) settles whether writes register at all (a find that fails for every
-  block fits every removal rule)."""
+- *A pool's history* (a find refused for a block still held, a write that faults): the case's
+  steps, with their answers, replayed on small models of the pool's bookkeeping (`MODELS`):
+  writes registering their hash or not; the hash removed at the last release (due), at any
+  release, or never; the free-block search finding any free block (due) or only those above
+  the last one handed out. Each parameter every model that gives all the answers shares, with a
+  mistaken value, is named. The registry probe (`registry_answers`) settles whether writes
+  register at all (a find that fails for every block fits every removal rule)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from ..adapters import Adapter
 from ..errors import ImplementationFault, NotObservable, Refused
 from ..evidence import PoolHistoryEvidence, PoolStep
 from ._causes import VALID_REFUSED, Cause
+from ._faults import fault_title
 from ._signatures import one_of
 
 # -- the write's rule ---------------------------------------------------------------------------
@@ -175,76 +178,113 @@ def _probe_kinds(implementation: Adapter, geometry: oracle.Geometry) -> dict[str
     return answers
 
 
-# -- a pool's history: references and the hash registry ----------------------------------------
+# -- a pool's history: references, the hash registry and the free-block search -----------------
 
-# When a block's hash leaves the registry: at the release of its last reference (due), at any
-# release, or never.
-DUE_REMOVAL = "last-release"
-REMOVALS = {
-    DUE_REMOVAL: None,
-    "any-release": (
+
+@dataclass(frozen=True)
+class _Bookkeeping:
+    """One model of a pool's bookkeeping. `registers`: a write registers its block's hash;
+    `removal`: when the hash leaves the registry ("last-release", due; "any-release";
+    "never"); `search`: which free blocks the search for one finds ("lowest", due: any;
+    "forward-only": only those above the last block handed out, never coming back to blocks
+    released below it, as a next-free hint not lowered at release does; a search finding none
+    before the pool's end runs off it)."""
+
+    registers: bool
+    removal: str
+    search: str
+
+
+DUE = _Bookkeeping(True, "last-release", "lowest")
+MODELS = [
+    _Bookkeeping(registers, removal, search)
+    for registers in (True, False)
+    for removal in ("last-release", "any-release", "never")
+    for search in ("lowest", "forward-only")
+]
+# The mistaken value of each parameter, as a cause: its id and title.
+HISTORY_CAUSES = {
+    ("removal", "any-release"): (
         "release-unregisters:any-release",
         "a release removes the block's hash from the registry at any release, not at its last: "
         "a block still held is no longer found by its hash",
     ),
-    "never": (
+    ("removal", "never"): (
         "release-keeps-hash",
         "releasing a block's last reference leaves its hash registered",
+    ),
+    ("search", "forward-only"): (
+        "free-search:forward-only",
+        "{fault} on a write while blocks were free: the search for a free block never comes back "
+        "to blocks released below the last one handed out (as a next-free hint not lowered at "
+        "release does) and runs off the pool's end",
     ),
 }
 
 
 def history_causes(history: PoolHistoryEvidence, writes_registered: bool | None) -> list[Cause]:
-    """The removal rule (REMOVALS) with which a model of the pool's references and registry
-    gives every answer of `history`, where the due one does not; none where several fit.
-    `writes_registered`: whether the registry probe found written blocks by their hash (None:
-    it could not tell, and a model whose writes register nothing stays a candidate)."""
-    registering = (True, False) if writes_registered is None else (writes_registered,)
+    """The mistakes every model of the pool's bookkeeping (MODELS) that gives every answer of
+    `history` makes, where the due one does not give them: each parameter that all those models
+    share with a mistaken value, joined by "&" when several are. `writes_registered`: whether
+    the registry probe found written blocks by their hash (None: it could not tell, and a model
+    whose writes register nothing stays a candidate)."""
     fits = [
-        (registers, removal)
-        for registers in registering
-        for removal in REMOVALS
-        if _replays(history.steps, history.capacity, registers, removal)
+        model
+        for model in MODELS
+        if writes_registered is None or model.registers == writes_registered
+        if _replays(history.steps, history.capacity, model)
     ]
-    if (True, DUE_REMOVAL) in fits or len(fits) != 1:
+    if not fits or DUE in fits:
         return []
-    ((registers, removal),) = fits
-    named = REMOVALS[removal]
-    if not registers or named is None:
+    shared = [
+        (name, getattr(fits[0], name))
+        for name in ("registers", "removal", "search")
+        if len({getattr(model, name) for model in fits}) == 1
+        and getattr(fits[0], name) != getattr(DUE, name)
+    ]
+    named = [HISTORY_CAUSES[p] for p in shared if p in HISTORY_CAUSES]
+    if not named or len(named) != len(shared):
         return []  # a registry that registers nothing: the registry probe's causes
-    cause_id, title = named
+    fault = fault_title(history.fault) if history.fault else "a fault"
     last = history.steps[-1]
+    asked = f"find({last.block_hash:#x})" if last.op == "find" else last.op
     return [
         Cause(
-            cause_id,
-            title,
-            ("POOL-REFS", "POOL-FIND"),
-            f"find({last.block_hash:#x}) answered {last.answer}; the case's {len(history.steps)}"
-            " steps replayed with the hash removed "
-            + ("at any release" if removal == "any-release" else "never")
-            + " give every answer, the free counts included",
+            "&".join(cause_id for cause_id, _ in named),
+            "; ".join(title.format(fault=fault) for _, title in named),
+            ("POOL-REFS", "POOL-FIND") if last.op == "find" else ("POOL-REFS",),
+            f"{asked} answered {last.answer}; the case's {len(history.steps)} steps replayed on "
+            "every model of its bookkeeping that gives all their answers, free counts included, "
+            f"share {' and '.join(f'{name} {value}' for name, value in shared)}",
         )
     ]
 
 
-def _replays(steps: Sequence[PoolStep], capacity: int, registers: bool, removal: str) -> bool:
-    """Whether a pool of `capacity` whose writes register their hash (`registers`) and whose
-    registry drops a hash as `removal` says answers every step as the implementation did."""
+def _replays(steps: Sequence[PoolStep], capacity: int, model: _Bookkeeping) -> bool:
+    """Whether a pool of `capacity` keeping its books as `model` says answers every step as the
+    implementation did."""
     refs: dict[str, int] = {}
     hashes: dict[str, int] = {}
+    slots: list[str | None] = [None] * capacity  # the block in each slot
     registry: dict[int, str] = {}
-    free = capacity
+    hint = 0  # where a "forward-only" search starts
     for number, step in enumerate(steps):
         block = step.block or f"#{number}"  # an unlabelled write's block
         answer: str | int
-        if step.op == "write" and step.answer not in ("ok", "ENOMEM"):
+        if step.op == "write" and step.answer not in ("ok", "ENOMEM", "fault"):
             answer = step.answer  # an argument refused: the write's rule, not modelled here
         elif step.op == "write":
-            answer = "ENOMEM" if free == 0 else "ok"
-            if free:
-                free -= 1
+            start = hint if model.search == "forward-only" else 0
+            free = [slot for slot in range(start, capacity) if slots[slot] is None]
+            if None not in slots:
+                answer = "ENOMEM"
+            elif not free:
+                answer = "fault"  # the search ran off the pool's end
+            else:
+                answer = "ok"
+                slots[free[0]], hint = block, free[0] + 1
                 refs[block], hashes[block] = 1, step.block_hash
-                if registers and step.block_hash:
+                if model.registers and step.block_hash:
                     registry.setdefault(step.block_hash, block)
         elif step.op in ("retain", "read"):
             answer = "ok" if refs.get(block, 0) > 0 else "EINVAL"
@@ -255,14 +295,17 @@ def _replays(steps: Sequence[PoolStep], capacity: int, registers: bool, removal:
             if answer == "ok":
                 refs[block] -= 1
                 if refs[block] == 0:
-                    free += 1
-                removed = removal == "any-release" or (removal == DUE_REMOVAL and not refs[block])
+                    slots[slots.index(block)] = None
+                last = refs[block] == 0
+                removed = model.removal == "any-release" or (
+                    model.removal == "last-release" and last
+                )
                 if removed and registry.get(hashes[block]) == block:
                     del registry[hashes[block]]
         elif step.op == "find":
             answer = registry.get(step.block_hash, "ENOTFOUND")
         elif step.op == "free":
-            answer = free
+            answer = slots.count(None)
         else:
             return False  # a step no model here replays (an import, another pool)
         if answer != step.answer:

@@ -23,6 +23,7 @@ from ...evidence import (
     NOT_HELD,
     CountEvidence,
     Evidence,
+    FaultEvidence,
     KnownMistake,
     OrderEvidence,
     PoolHistoryEvidence,
@@ -132,6 +133,17 @@ class PoolScript:
                 raise CaseFailure(
                     f"step {number} ({op}): {refusal}",
                     RefusalEvidence(frozenset(), frozenset(), refusal.code, write=write),
+                ) from None
+            except ImplementationFault as fault:
+                # a write faulting on this pool's state (not on every call): its history
+                if op != "write" or FaultEvidence.of_operation(fault) is not None:
+                    raise
+                faulted = replace(self._answered(op, arg), answer="fault")
+                history = PoolHistoryEvidence(
+                    self.geometry, self.capacity, (*self.history, faulted), str(fault)
+                )
+                raise CaseFailure(
+                    f"step {number} ({op}): implementation fault: {fault}", history
                 ) from None
             self.done.append(op)
             self.history.append(self._answered(op, arg))
