@@ -1,6 +1,7 @@
-"""Models of a pool's bookkeeping: the write's argument rule and the references and registry
-behind release and find, each parametrised by the mistakes a pool makes in it and named only
-where exactly one parameter reproduces every answer the evidence holds.
+"""Models of a pool's bookkeeping: the write's argument rule, the registry's order, and the
+references, registry and free-block search behind a pool case's steps, each parametrised by the
+mistakes a pool makes in it and named only where what the fitting parameters have in common
+reproduces every answer the evidence holds (the parameter in the cause's id and title).
 
 - *The write's rule* (a valid write refused): the write's hash/fill rule as the pool applies
   it, probed with one write of each kind of block into a new pool (`Adapter.probe_write_read`):
