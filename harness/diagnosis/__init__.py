@@ -30,6 +30,7 @@ from ..evidence import (
     KnownMistake,
     OrderEvidence,
     PoolChangeEvidence,
+    PoolHistoryEvidence,
     RefusalEvidence,
     SizeEvidence,
     StaleHashEvidence,
@@ -42,7 +43,8 @@ from ._faults import fault_title
 from ._hash_signatures import hash_causes
 from ._layout import record_stride_causes, swapped_field_causes
 from ._orders import permutation_causes
-from ._probe import probe_chunk_crc, probe_reader, registry_probe_fits
+from ._pool_models import history_causes, registry_order_causes, write_rule_causes
+from ._probe import probe_chunk_crc, probe_reader, registry_answers, registry_probe_fits
 from ._refusals import (
     envelope_properties,
     fault_cause_id,
@@ -151,6 +153,13 @@ def _analyse(
         ):
             reqs = {r for c in found for r in c.reqs}
             return found, reqs, VALID_REFUSED.format(code=evidence.actual)
+        if (
+            evidence.write is not None
+            and evidence.actual
+            and not evidence.rules
+            and (found := write_rule_causes(implementation, *evidence.write, evidence.actual))
+        ):
+            return found, {"POOL-WRITE-ARGS"}, VALID_REFUSED.format(code=evidence.actual)
         return _refusal(evidence, probed)
     if isinstance(evidence, PoolChangeEvidence):
         cause = Cause(
@@ -203,6 +212,12 @@ def _analyse(
         if evidence.registry_probe is not None and not registry_probe_fits(
             implementation, evidence.registry_probe, evidence.cause
         ):
+            if evidence.imported is not None and (
+                found := registry_order_causes(
+                    implementation, evidence.registry_probe, *evidence.imported
+                )
+            ):
+                return found, {"POOL-FIND"}, ""
             return [], set(evidence.reqs), ""
         cause = Cause(
             evidence.cause,
@@ -224,6 +239,14 @@ def _analyse(
             f"the items due at {found}, in that order",
         )
         return causes, set(evidence.reqs), ""
+    if isinstance(evidence, PoolHistoryEvidence):
+        answers = registry_answers(implementation, evidence.geometry) if implementation else None
+        # the probe's written blocks: both found, or neither (else it tells nothing here)
+        registered = None if answers is None or len(set(answers[:2])) != 1 else answers[0]
+        causes = history_causes(evidence, registered)
+        if evidence.fault:  # a write that faulted: blamed on what the case cites, unnamed
+            return causes, set(), FAULT
+        return causes, {"POOL-REFS", "POOL-FIND"}, ""
     if isinstance(evidence, StaleHashEvidence):
         cause = Cause(
             "release-keeps-hash",

@@ -53,10 +53,16 @@ def registry_probe_fits(
     one hash or that one block)."""
     if implementation is None or cause_id not in REGISTRY_FITS:
         return False
+    return registry_answers(implementation, geometry) == REGISTRY_FITS[cause_id]
+
+
+def registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> list[bool] | None:
+    """The registry probe's answers (two blocks written, then two imported: whether find
+    answers each), probed once per implementation and geometry; None where it cannot tell."""
     known = _probed.setdefault(implementation, {})
     if geometry not in known:
         known[geometry] = _registry_answers(implementation, geometry)
-    return known[geometry] == REGISTRY_FITS[cause_id]
+    return known[geometry]
 
 
 def _registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> list[bool] | None:
