@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+import pytest
 from tlkv_conformance import oracle
+from tlkv_conformance.adapters import Adapter, ImplInfo, PoolHandle
 from tlkv_conformance.diagnosis import attribute
-from tlkv_conformance.evidence import HashEvidence
+from tlkv_conformance.errors import Refused
+from tlkv_conformance.evidence import EnvelopeEvidence, HashEvidence, ReaderPool, RefusalEvidence
 
 U64 = (1 << 64) - 1
 
@@ -62,3 +66,116 @@ def test_an_input_without_high_bytes_cannot_show_a_sign_extension() -> None:
     # parent 0, small tokens: every byte below 0x80, the signed char changes nothing
     data = oracle.hash_input(0, [1, 2])
     assert _fnv_signed_char(data, 64) == oracle.block_hash(0, [1, 2])
+
+
+# -- the CRC-32C table ----------------------------------------------------------------------------
+
+GEOMETRY = oracle.Geometry(4, 2, 3, 8)
+
+
+def _table_crc(data: bytes, rounds: int) -> bytes:
+    """CRC-32C with its table's entries reduced through `rounds` shifts, as the C reference's
+    generator does with its loop bound changed; the trailer's bytes."""
+    table = []
+    for entry in range(256):
+        c = entry
+        for _ in range(rounds):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return struct.pack("<I", crc ^ 0xFFFFFFFF)
+
+
+def _envelope() -> bytes:
+    values = np.random.default_rng(12).standard_normal(GEOMETRY.values_shape).astype(np.float32)
+    block = oracle.Block(0x1234, GEOMETRY.block_tokens, oracle.round_to_f16(values))
+    return oracle.encode(GEOMETRY, [block], 1)
+
+
+def test_the_tables_crc_is_crc32c_at_eight_rounds() -> None:
+    body = _envelope()[:-4]
+    assert _table_crc(body, 8) == struct.pack("<I", oracle.crc32c(body))
+
+
+@pytest.mark.parametrize("rounds", [7, 9, 1, 16])
+def test_a_writers_crc_table_built_with_k_rounds(rounds: int) -> None:
+    expected = _envelope()
+    body = expected[:-4]
+    got = attribute(EnvelopeEvidence(expected, body + _table_crc(body, rounds), ()), ["ENV-CRC"])
+    assert (got.cause.id, got.blamed, got.symptom) == (
+        f"crc-table-rounds:{rounds}",
+        ("ENV-CRC",),
+        "crc-only",
+    )
+    assert f"{rounds} shift rounds" in got.cause.title
+    assert "valid-refused:EFORMAT" in got.cause.explains
+
+
+class _TableReader(Adapter):
+    """A reader whose CRC-32C table is built with `rounds` shifts: it accepts an envelope only
+    when its trailer is that CRC's."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__("table-reader")
+        self.rounds, self.imports = rounds, 0
+
+    def info(self) -> ImplInfo:
+        return ImplInfo(frozenset({1}), frozenset({1}), "f32")
+
+    def block_hash(self, parent: int, tokens: list[int]) -> int:
+        raise NotImplementedError
+
+    def open_pool(self, geometry: oracle.Geometry, capacity: int) -> PoolHandle:
+        return _TablePool(self, geometry, capacity)
+
+
+class _TablePool(PoolHandle):
+    dtype = "f32"
+
+    def __init__(self, reader: _TableReader, geometry: oracle.Geometry, capacity: int) -> None:
+        super().__init__(geometry, capacity)
+        self.reader = reader
+
+    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
+        self.reader.imports += 1
+        if data[-4:] != _table_crc(data[:-4], self.reader.rounds):
+            raise Refused("EFORMAT", "import")
+        return [0]
+
+    def release(self, block: int) -> None:
+        pass
+
+    def free_blocks(self) -> int:
+        raise NotImplementedError
+
+    write = read = find = export_bytes = export = free_blocks  # type: ignore[assignment]
+
+
+def test_a_readers_crc_table_built_with_seven_rounds_is_found_by_probe() -> None:
+    reader = _TableReader(7)
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", _envelope(), pool=ReaderPool(GEOMETRY, 2, 3)
+    )
+    got = attribute(refused, ["READ-ACCEPT"], reader)
+    assert (got.cause.id, got.blamed) == ("crc-table-rounds:7", ("READ-CRC",))
+    # the control, the parametrised CRC's probes, then the tables': a bounded few
+    assert reader.imports <= 45
+    # The table found is probed first on the reader's next refusal (after the control and
+    # the parametrised CRC's probes).
+    first = reader.imports
+    reader.imports = 0
+    assert attribute(refused, ["READ-ACCEPT"], reader).cause.id == "crc-table-rounds:7"
+    assert reader.imports < first
+
+
+def test_a_reader_whose_table_no_model_builds_names_no_table() -> None:
+    # no shift at all (each entry its own index): outside the rounds tried, 1 to 16
+    reader = _TableReader(0)
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", _envelope(), pool=ReaderPool(GEOMETRY, 2, 3)
+    )
+    got = attribute(refused, ["READ-ACCEPT"], reader)
+    assert got.cause is None
+    assert reader.imports > 1  # probed, every variant refused
