@@ -179,3 +179,89 @@ def test_a_reader_whose_table_no_model_builds_names_no_table() -> None:
     got = attribute(refused, ["READ-ACCEPT"], reader)
     assert got.cause is None
     assert reader.imports > 1  # probed, every variant refused
+
+
+# -- a valid envelope refused for a property of its values -----------------------------------------
+
+
+class _ValueReader(Adapter):
+    """A reader that refuses with EFORMAT every envelope the oracle rejects or holding a filled
+    value `refuses` says it refuses, and accepts the rest."""
+
+    def __init__(self, refuses) -> None:
+        super().__init__("value-reader")
+        self.refuses, self.imports = refuses, 0
+
+    def info(self) -> ImplInfo:
+        return ImplInfo(frozenset({1, 2}), frozenset({1, 2}), "f32")
+
+    def block_hash(self, parent: int, tokens: list[int]) -> int:
+        raise NotImplementedError
+
+    def open_pool(self, geometry: oracle.Geometry, capacity: int) -> PoolHandle:
+        return _ValuePool(self, geometry, capacity)
+
+
+class _ValuePool(_TablePool):
+    def __init__(self, reader: _ValueReader, geometry: oracle.Geometry, capacity: int) -> None:
+        PoolHandle.__init__(self, geometry, capacity)
+        self.values_reader = reader
+
+    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
+        self.values_reader.imports += 1
+        try:
+            records = oracle.decode(data).records
+        except oracle.Rejected:
+            raise Refused("EFORMAT", "import") from None
+        for record in records:
+            filled = record.decoded.values[..., : record.n_tokens, :]
+            if any(self.values_reader.refuses(float(v)) for v in filled.ravel()):
+                raise Refused("EFORMAT", "import")
+        return [0]
+
+
+def _with(version: int, special: float) -> bytes:
+    values = np.ones(GEOMETRY.values_shape, np.float32)
+    values[1, 0, 2, 1, 3] = special
+    return oracle.encode(GEOMETRY, [oracle.Block(0x1234, GEOMETRY.block_tokens, values)], version)
+
+
+def _value_cause(reader: _ValueReader, envelope: bytes) -> str | None:
+    refused = RefusalEvidence(
+        frozenset(), frozenset(), "EFORMAT", envelope, pool=ReaderPool(GEOMETRY, 2, 3)
+    )
+    got = attribute(refused, ["READ-ACCEPT"], reader)
+    return got.cause.id if got.cause else None
+
+
+@pytest.mark.parametrize("special", [float("nan"), float("-inf")])
+def test_a_reader_refusing_values_that_are_not_finite(special: float) -> None:
+    reader = _ValueReader(lambda v: not np.isfinite(v))
+    assert _value_cause(reader, _with(1, special)) == "refuses-valid:non-finite"
+
+
+def test_a_reader_refusing_nans_alone() -> None:
+    reader = _ValueReader(np.isnan)
+    assert _value_cause(reader, _with(1, float("nan"))) == "refuses-valid:nan"
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_reader_refusing_negative_zero(version: int) -> None:
+    reader = _ValueReader(lambda v: v == 0 and np.signbit(v))
+    assert _value_cause(reader, _with(version, -0.0)) == "refuses-valid:negative-zero"
+
+
+def test_a_reader_refusing_f16_subnormals() -> None:
+    reader = _ValueReader(lambda v: 0 < abs(v) < 2.0**-14)
+    assert _value_cause(reader, _with(1, 2.0**-20)) == "refuses-valid:subnormal"
+
+
+def test_a_reader_refusing_a_value_no_property_names_names_none() -> None:
+    # refused for a value no property names (0.5): the envelope holds none of them
+    reader = _ValueReader(lambda v: v == 0.5)
+    assert _value_cause(reader, _with(1, 0.5)) is None
+
+
+def test_a_reader_refusing_every_envelope_names_no_value_property() -> None:
+    reader = _ValueReader(lambda v: True)
+    assert _value_cause(reader, _with(1, float("nan"))) is None

@@ -51,6 +51,7 @@ from ._refusals import (
 )
 from ._signatures import ONE_OF
 from ._v2_decoder import imported_decode_causes
+from ._value_refusals import value_refusal_causes
 from ._values import values_attribution
 from ._widths import hash_fault_causes
 
@@ -144,6 +145,7 @@ def _analyse(
             and probe is not None
             and (
                 found := refused_valid_causes(probe, evidence)
+                or value_refusal_causes(probe, evidence)
                 or swapped_field_causes(probe, evidence)
                 or record_stride_causes(probe, evidence)
             )
