@@ -14,7 +14,13 @@ from tlkv_conformance import oracle
 from tlkv_conformance.adapters import Adapter, ImplInfo, PoolHandle
 from tlkv_conformance.diagnosis import attribute
 from tlkv_conformance.errors import Refused
-from tlkv_conformance.evidence import EnvelopeEvidence, HashEvidence, ReaderPool, RefusalEvidence
+from tlkv_conformance.evidence import (
+    EnvelopeEvidence,
+    FaultEvidence,
+    HashEvidence,
+    ReaderPool,
+    RefusalEvidence,
+)
 
 U64 = (1 << 64) - 1
 
@@ -265,3 +271,44 @@ def test_a_reader_refusing_a_value_no_property_names_names_none() -> None:
 def test_a_reader_refusing_every_envelope_names_no_value_property() -> None:
     reader = _ValueReader(lambda v: True)
     assert _value_cause(reader, _with(1, float("nan"))) is None
+
+
+# -- a fault on a valid envelope, in the operation that faulted ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "cause", "blamed"),
+    [
+        (
+            "HasBlocks on 127.0.0.1:39779 failed with UNKNOWN: Exception calling application: "
+            "ENOTFOUND: no block has hash 0x2b158e6f040a9c9d",
+            "fault-on:XFER-HASBLOCKS",
+            ("XFER-HASBLOCKS",),
+        ),
+        (
+            "Pool.import_envelope raised ValueError: cannot reshape",
+            "fault-on-valid",
+            ("READ-ACCEPT",),
+        ),
+    ],
+)
+def test_a_fault_importing_a_valid_envelope_is_the_operation_that_faulted(
+    fault: str, cause: str, blamed: tuple[str, ...]
+) -> None:
+    # over gRPC an import asks HasBlocks first: a HasBlocks that fails is not a reader's fault
+    refused = RefusalEvidence(frozenset(), frozenset(), "fault", _envelope(), fault=fault)
+    got = attribute(refused, ["READ-ACCEPT"])
+    assert (got.cause.id, got.blamed) == (cause, blamed)
+    assert got.cause.title.startswith(fault.split(" ")[0])
+    assert "valid envelope" in got.cause.title
+
+
+def test_a_hasblocks_that_fails_is_its_own_fault_whoever_called_it() -> None:
+    # a transfer case's own HasBlocks, or a preload's through the way in: XFER-HASBLOCKS
+    detail = "HasBlocks on 127.0.0.1:1 failed with UNKNOWN: Exception calling application"
+    got = attribute(FaultEvidence(detail), ["XFER-HASBLOCKS", "XFER-TAIL"])
+    assert (got.cause.id, got.blamed) == ("fault-on:XFER-HASBLOCKS", ("XFER-HASBLOCKS",))
+    assert got.cause.title == "HasBlocks fails with status UNKNOWN when asked about block hashes"
+    # another operation faulting on some input names nothing (its failures stay the inputs')
+    other = attribute(FaultEvidence("PushKv on 127.0.0.1:1 failed with UNKNOWN: x"), ["XFER-TAIL"])
+    assert other.cause is None
