@@ -79,9 +79,10 @@ def test_an_input_without_high_bytes_cannot_show_a_sign_extension() -> None:
 GEOMETRY = oracle.Geometry(4, 2, 3, 8)
 
 
-def _table_crc(data: bytes, rounds: int) -> bytes:
+def _table_crc(data: bytes, rounds: int, high_byte: bool = False) -> bytes:
     """CRC-32C with its table's entries reduced through `rounds` shifts, as the C reference's
-    generator does with its loop bound changed; the trailer's bytes."""
+    generator does with its loop bound changed, looked up by the register's low byte (or its
+    high one); the trailer's bytes."""
     table = []
     for entry in range(256):
         c = entry
@@ -90,7 +91,8 @@ def _table_crc(data: bytes, rounds: int) -> bytes:
         table.append(c)
     crc = 0xFFFFFFFF
     for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+        index = (crc >> 24) ^ byte if high_byte else crc ^ byte
+        crc = table[index & 0xFF] ^ (crc >> 8)
     return struct.pack("<I", crc ^ 0xFFFFFFFF)
 
 
@@ -117,6 +119,14 @@ def test_a_writers_crc_table_built_with_k_rounds(rounds: int) -> None:
     )
     assert f"{rounds} shift rounds" in got.cause.title
     assert "valid-refused:EFORMAT" in got.cause.explains
+
+
+def test_a_writers_crc_table_looked_up_by_the_registers_high_byte() -> None:
+    expected = _envelope()
+    body = expected[:-4]
+    mistaken = _table_crc(body, 8, high_byte=True)
+    got = attribute(EnvelopeEvidence(expected, body + mistaken, ()), ["ENV-CRC"])
+    assert got.cause.id == "crc-table-indexed-by-high-byte"
 
 
 class _TableReader(Adapter):
