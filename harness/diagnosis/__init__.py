@@ -39,7 +39,7 @@ from ..evidence import (
 from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
 from ._crc_signatures import CRC_FAMILY, client_chunk_crc_cause
 from ._envelope import envelope_attribution
-from ._faults import fault_title
+from ._faults import fault_title, own_fault_cause, valid_input_fault_cause
 from ._hash_signatures import hash_causes
 from ._layout import record_stride_causes, swapped_field_causes
 from ._orders import permutation_causes
@@ -53,6 +53,7 @@ from ._refusals import (
 )
 from ._signatures import ONE_OF
 from ._v2_decoder import imported_decode_causes
+from ._value_refusals import value_refusal_causes
 from ._values import values_attribution
 from ._widths import hash_fault_causes
 
@@ -147,6 +148,7 @@ def _analyse(
             and probe is not None
             and (
                 found := refused_valid_causes(probe, evidence)
+                or value_refusal_causes(probe, evidence)
                 or swapped_field_causes(probe, evidence)
                 or record_stride_causes(probe, evidence)
             )
@@ -205,7 +207,8 @@ def _analyse(
             found = hash_fault_causes(implementation, *evidence.hash_input, evidence.detail)
             return found, {"HASH-INPUT"} if found else set(), FAULT
         if known is None:
-            return [], set(), FAULT
+            own = own_fault_cause(evidence.detail)
+            return ([own], set(own.reqs), FAULT) if own else ([], set(), FAULT)
         detail = evidence.detail.splitlines()[0]
         return [Cause(known.id, known.title, (), detail, yields_to=known.yields_to)], set(), FAULT
     if isinstance(evidence, KnownMistake):
@@ -272,9 +275,8 @@ def _refusal(ev: RefusalEvidence, probed: Cause | None) -> tuple[list[Cause], se
     if not ev.rules:  # a valid input
         symptom = VALID_REFUSED.format(code=ev.actual) if ev.actual else ""
         if ev.actual == "fault":
-            title = f"{fault_title(ev.fault)} on a valid envelope"
-            cause = Cause("fault-on-valid", title, ("READ-ACCEPT",))
-            return [cause], {"READ-ACCEPT"}, symptom
+            cause = valid_input_fault_cause(ev.fault)
+            return [cause], set(cause.reqs), symptom
         if ev.actual == "ESHAPE":
             # ESHAPE is the geometry rule's alone, and the input has the pool's geometry.
             cause = Cause(

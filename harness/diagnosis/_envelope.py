@@ -13,6 +13,7 @@ from .. import oracle
 from ._causes import Cause
 from ._codec_model import held_f16_causes
 from ._crc_signatures import crc_trailer_causes
+from ._crc_tables import table_trailer_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
 from ._orders import axis_order_layouts, field_source_causes, records_permuted_causes
@@ -148,7 +149,10 @@ def envelope_attribution(
     reqs = shape.field_reqs(expected, differing)
     crc_at = shape.size - oracle.CRC_SIZE
     if reqs == {"ENV-CRC"}:
-        causes = crc_trailer_causes(actual[:crc_at], actual[crc_at:], ("ENV-CRC",))
+        body, trailer = actual[:crc_at], actual[crc_at:]
+        causes = crc_trailer_causes(body, trailer, ("ENV-CRC",)) or table_trailer_causes(
+            body, trailer, ("ENV-CRC",)
+        )
         return causes, reqs, "crc-only"
     # The CRC covers every byte before it: when any of them differs, so does the CRC.
     reqs.discard("ENV-CRC")

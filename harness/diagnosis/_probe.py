@@ -24,6 +24,7 @@ from ._crc_signatures import (
     reader_crc_cause,
     resealed_variants,
 )
+from ._crc_tables import table_found_in_reader, table_resealed
 
 # The registry probe's blocks: two written, then two imported, all full, in four different
 # slots (so that a find missing one block id answers a mix), each pair with a hash below 2^63
@@ -141,6 +142,9 @@ def probe_reader(implementation: Adapter, refusal: RefusalEvidence) -> Cause | N
     for model, variant in resealed_variants(refusal.envelope, implementation):
         if read_as_due(variant):
             return reader_crc_cause(*found_in_reader(implementation, model), refusal.actual or "")
+    for models, variant in table_resealed(refusal.envelope, implementation):
+        if read_as_due(variant):
+            return table_found_in_reader(implementation, models, refusal.actual or "")
     return None
 
 
