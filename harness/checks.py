@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 import pytest
@@ -394,25 +394,30 @@ class PoolSnapshot:
 NOT_FOUND = frozenset({"ENOTFOUND", "NOT_FOUND"})  # find's answer to an unknown hash, C and gRPC
 
 
-def _find(pool: PoolHandle, block_hash: int) -> int | None:
-    """The block registered under `block_hash`, None when none is; a find answering otherwise
-    (another status, an exception) is POOL-FIND's failure, whatever the case is about."""
-    try:
-        return pool.find(block_hash)
-    except Refused as refusal:
-        if refusal.code in NOT_FOUND:
+def _registered_block(block_hash: int, answer: object) -> int | None:
+    """The block registered under `block_hash`, from find's `answer` (PoolHandle.query), None
+    when none is; a find answering otherwise (another status, an exception) is POOL-FIND's
+    failure, whatever the case is about."""
+    if isinstance(answer, Refused):
+        if answer.code in NOT_FOUND:
             return None
         raise CaseFailure(
-            f"find({block_hash:#x}) refused with {refusal.code}, not found due",
-            RefusalEvidence(frozenset({"POOL-FIND"}), NOT_FOUND, refusal.code),
-        ) from None
-    except ImplementationFault as fault:
-        evidence = FaultEvidence.of_operation(fault) or RefusalEvidence(
-            frozenset({"POOL-FIND"}), NOT_FOUND, "fault", fault=str(fault)
+            f"find({block_hash:#x}) refused with {answer.code}, not found due",
+            RefusalEvidence(frozenset({"POOL-FIND"}), NOT_FOUND, answer.code),
         )
-        raise CaseFailure(
-            f"find({block_hash:#x}): implementation fault: {fault}", evidence
-        ) from None
+    if isinstance(answer, ImplementationFault):
+        evidence = FaultEvidence.of_operation(answer) or RefusalEvidence(
+            frozenset({"POOL-FIND"}), NOT_FOUND, "fault", fault=str(answer)
+        )
+        raise CaseFailure(f"find({block_hash:#x}): implementation fault: {answer}", evidence)
+    return _answered(answer)
+
+
+def _answered(answer: Any) -> Any:
+    """A query's answer (PoolHandle.query), or what it raised raised here."""
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
 
 
 def snapshot(
@@ -424,20 +429,32 @@ def snapshot(
     """What can be observed of the pool; a block or hash the way in cannot reach is left out
     (over gRPC: an unregistered block). Given a `reference` snapshot, a block whose digest is
     unchanged is not read again (a real geometry's block is MiBs)."""
-    shot = PoolSnapshot(free=free_count(pool))
+    blocks, hashes = list(blocks), [h for h in hashes if h]
+    known = reference.blocks if reference is not None else {}
+    # One request for every query (a worker's round trip each would be most of a case's
+    # time): a block seen before is looked at by its digest, read again only if it changed.
+    calls = [("free_blocks", ())]
+    calls += [("read_digest" if b in known else "read", (b,)) for b in blocks]
+    calls += [("find", (h,)) for h in hashes]
+    answers = iter(pool.query(calls))
+    try:
+        free = _answered(next(answers))
+    except NotObservable:
+        free = None
+    shot = PoolSnapshot(free=free)
     for block in blocks:
         with contextlib.suppress(NotObservable):
-            old = reference.blocks.get(block) if reference is not None else None
-            if old is not None:
-                digest = pool.read_digest(block)
-                if digest == (old.block_hash, old.n_tokens, values_digest(old.values)):
-                    shot.blocks[block] = old
-                    continue
-            shot.blocks[block] = pool.read(block)
+            answer = _answered(next(answers))
+            old = known.get(block)
+            if old is None:
+                shot.blocks[block] = answer
+            elif answer == (old.block_hash, old.n_tokens, values_digest(old.values)):
+                shot.blocks[block] = old
+            else:
+                shot.blocks[block] = pool.read(block)
     for block_hash in hashes:
-        if block_hash:
-            with contextlib.suppress(NotObservable):
-                shot.registered[block_hash] = _find(pool, block_hash)
+        with contextlib.suppress(NotObservable):
+            shot.registered[block_hash] = _registered_block(block_hash, next(answers))
     return shot
 
 

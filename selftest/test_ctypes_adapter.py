@@ -27,8 +27,9 @@ from tlkv_conformance.adapters._ctypes_adapter import (
     sanitizer_environment,
     sanitizer_runtimes,
 )
+from tlkv_conformance.adapters._ffi import LibrarySession
 from tlkv_conformance.adapters._worker import SHARED_MIN, SharedBuffer
-from tlkv_conformance.adapters._worker_channel import sanitizer_report
+from tlkv_conformance.adapters._worker_channel import WorkerChannel, sanitizer_report
 from tlkv_conformance.errors import ImplementationFault, Refused, SuiteUsageError
 
 from selftest.support import DIRECTED_CASES, FAULTY_CASES, outcomes_by_case, patched_copy
@@ -46,6 +47,7 @@ SUITE = ("cases",)
 # and the bundled builds run them all above.
 DIRECTED = DIRECTED_CASES
 TRIGGER_SEGV = 0xDEAD00000000000B  # selftest/faulty/fault_import.h
+TRIGGER_HANG = 0xDEAD00000000000C
 
 
 def node(case_id: str) -> str:
@@ -184,6 +186,71 @@ def test_pools_of_a_crashed_worker_are_lost(faulty_library):
         adapter.close()
 
 
+def _batch_channel(library: Path, call_timeout: float = 10.0) -> WorkerChannel:
+    channel = WorkerChannel(LibrarySession, (str(library), load_status_profile(None)), call_timeout)
+    channel.open()
+    return channel
+
+
+@pytest.mark.parametrize(
+    ("kind", "fault"),
+    [
+        ("segv", r"^crashed with SIGSEGV in tl_kv_import$"),
+        ("hang", r"timed out .* in tl_kv_import"),
+    ],
+)
+def test_a_batch_answers_each_call_as_alone_and_ends_at_its_fault(faulty_library, kind, fault):
+    """Calls made as one request (PoolHandle.query's round trip) are answered one by one: a
+    refusal is that call's answer and the next ones are still made; a crash or a hang is the
+    call whose answer did not come, named as if it were made alone, and ends the batch."""
+    geometry = oracle.Geometry(2, 1, 1, 2)
+    channel = _batch_channel(faulty_library(kind), call_timeout=2.0)
+    try:
+        pool = channel.call("pool_create", (2, 1, 1, 2), 4)
+        crash = _crash_envelope() if kind == "segv" else _hang_envelope()
+        answers = channel.batch(
+            [
+                ("free_blocks", (pool,)),
+                ("find", (pool, 12345)),
+                ("write", (pool, 0, 1, bytes(4 * geometry.n_elements))),
+                ("import_envelope", (pool, crash, 4)),
+                ("free_blocks", (pool,)),
+            ]
+        )
+        assert len(answers) == 4, answers  # the call after the fault is not made
+        assert answers[0] == 4
+        assert isinstance(answers[1], Refused)
+        assert (answers[1].code, answers[1].call) == ("ENOTFOUND", "tl_kv_pool_find")
+        assert answers[2] == 0
+        assert isinstance(answers[3], ImplementationFault)
+        assert re.search(fault, str(answers[3])), answers[3]
+        assert channel.generation == 1  # the worker is gone with its pools
+    finally:
+        channel.close()
+
+
+def test_a_batchs_large_answers_each_keep_their_own_bytes(reference_library):
+    """Large answers of one batch cross in shared memory one after another: each is its
+    own block's bytes, not the last one's."""
+    geometry = oracle.Geometry(16, 4, 2, 64)  # a block of 16 * 4 * 2 * 2 * 64 floats: 128 KiB
+    assert 4 * geometry.n_elements >= SHARED_MIN
+    channel = _batch_channel(reference_library("f32"))
+    try:
+        pool = channel.call("pool_create", (16, 4, 2, 64), 3)
+        written = [np.full(geometry.n_elements, k + 1, dtype="<f4") for k in range(3)]
+        blocks = [channel.call("write", pool, 0, 16, w.tobytes()) for w in written]
+        answers = channel.batch([("read", (pool, block)) for block in blocks])
+        assert [a[2] for a in answers] == [w.tobytes() for w in written]
+    finally:
+        channel.close()
+
+
+def _hang_envelope() -> bytes:
+    geometry = oracle.Geometry(2, 1, 1, 2)
+    values = np.ones(geometry.values_shape, dtype=np.float32)
+    return oracle.encode(geometry, [oracle.Block(TRIGGER_HANG, 2, values)], 1)
+
+
 @pytest.mark.parametrize("isolation", ["worker", "inprocess"])
 def test_statuses_become_refusals_naming_the_function(reference_library, isolation):
     spec = parse_impl(f"ctypes:{reference_library('default')}")
@@ -312,7 +379,8 @@ def test_large_buffers_cross_in_shared_memory_wherever_they_are_nested():
         large, other = bytes(range(256)) * (SHARED_MIN // 256), b"\x07" * SHARED_MIN
         tokens = list(range(64))
         args = (3, tokens, b"small", [(0, large), (1, [other])])
-        shaped = box.put(args)
+        shaped, end = box.put(args)
+        assert end == len(large) + len(other)  # where a batch's next reply would go
         assert len(pickle.dumps(shaped)) < 1000  # neither large buffer is in the message
         assert shaped[1] is tokens  # passed as it is, not rebuilt
         assert box.take(shaped) == args

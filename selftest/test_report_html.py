@@ -38,7 +38,6 @@ BROWSER_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
 )
-LOAD_BUDGET_MS = 2000  # a 2,000-test run's page, DOMContentLoaded (docs/report.md)
 
 
 @pytest.fixture(scope="session")
@@ -141,16 +140,19 @@ def test_the_screenshot_is_taken(browser: str, failing_run: Path, tmp_path: Path
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_2000_test_page_loads_in_under_2_seconds(
+def test_a_2000_test_page_shows_every_failure(
     browser: str, failing_run: Path, tmp_path: Path
 ) -> None:
+    """A large run's page is whole: its script ran to the end and every failure of 2,000 tests
+    is on it. How fast it is ready is measured by benchmarks/bench_report_html.py, not here."""
+    report = scaled_report(failing_run, 2000)
     page = tmp_path / "big.html"
-    page.write_text(render_html(_scaled(failing_run, 2000)), encoding="utf-8")
+    page.write_text(render_html(report), encoding="utf-8")
     dom = run_browser(browser, page, "--dump-dom")
-    loaded = re.search(r'data-load-ms="([\d.]+)"', dom)
-    assert loaded is not None, "the page's script did not run"
-    print(f"a 2000-test page ({page.stat().st_size} bytes) ready in {loaded[1]} ms")
-    assert float(loaded[1]) < LOAD_BUDGET_MS
+    assert re.search(r'data-load-ms="([\d.]+)"', dom), "the page's script did not run"
+    failed = sum(test["outcome"] == "failed" for test in report["tests"])
+    assert failed > 40
+    assert dom.count('<article class="failure"') == failed
 
 
 def test_the_page_needs_nothing_from_outside(failing_run: Path) -> None:
@@ -202,7 +204,7 @@ def _article(dom: str, test_id: str) -> str:
     return dom[start : dom.index("</article>", start)]
 
 
-def _scaled(run: Path, total: int) -> dict[str, Any]:
+def scaled_report(run: Path, total: int) -> dict[str, Any]:
     """The failing run's report with its tests repeated up to `total`, failures and their
     views included, as a large run's page would hold them."""
     report = json.loads((run / "report.json").read_text(encoding="utf-8"))

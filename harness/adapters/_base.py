@@ -7,6 +7,7 @@ import contextlib
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,8 @@ GRPC_STATUS_OF = {
     "ENOTFOUND": "NOT_FOUND",
 }
 POOL_DTYPES = ("f16", "f32")
+# The pool operations that only look (PoolHandle.query): none changes the pool.
+QUERIES = ("free_blocks", "find", "read", "read_digest")
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,26 @@ class PoolHandle(abc.ABC):
 
     @abc.abstractmethod
     def import_envelope(self, data: bytes, max_blocks: int) -> list[int]: ...
+
+    def query(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Queries (QUERIES: operations that only look) made in order, as one request where
+        the way in allows (one round trip to a worker): for each, what it answered, or the
+        Refused or NotObservable it raised. The list ends at the first other exception (a
+        fault), which is its last item: the queries after it are not made. A way in making
+        them as one request makes those after a refusal too, so a caller stopping at a
+        refusal leaves their answers unread."""
+        answers: list[Any] = []
+        for op, args in calls:
+            if op not in QUERIES:
+                raise ValueError(f"{op} is not a query: {', '.join(QUERIES)}")
+            try:
+                answers.append(getattr(self, op)(*args))
+            except (Refused, NotObservable) as answer:
+                answers.append(answer)
+            except ImplementationFault as fault:
+                answers.append(fault)
+                break
+        return answers
 
     def read_digest(self, block: int) -> tuple[int, int, int]:
         """hash, n_tokens and a CRC-32 of the values' f32 little-endian bytes: what shows that

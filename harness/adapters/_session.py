@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from ..errors import ImplementationFault, NotObservable, Refused, SuiteUsageError
 from ..oracle import Geometry
-from ._base import Adapter, Capability, ImplInfo, PoolHandle, ReadBack
+from ._base import QUERIES, Adapter, Capability, ImplInfo, PoolHandle, ReadBack
 from ._spec import ImplSpec
 from ._worker_channel import WorkerChannel
 
@@ -33,6 +34,8 @@ class Channel(Protocol):
     def open(self) -> tuple[int, int, str]: ...
 
     def call(self, op: str, *args: Any) -> Any: ...
+
+    def batch(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]: ...
 
     def close(self) -> None: ...
 
@@ -55,6 +58,18 @@ class InProcessChannel:
 
     def call(self, op: str, *args: Any) -> Any:
         return getattr(self._session, op)(*args)
+
+    def batch(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        answers: list[Any] = []
+        for op, args in calls:
+            try:
+                answers.append(self.call(op, *args))
+            except Refused as refused:
+                answers.append(refused)
+            except ImplementationFault as fault:
+                answers.append(fault)
+                break
+        return answers
 
     def close(self) -> None:
         self._session = None
@@ -115,13 +130,30 @@ class SessionPool(PoolHandle):
         return self._call("write", block_hash, n_tokens, kv.tobytes())
 
     def read(self, block: int) -> ReadBack:
-        block_hash, n_tokens, raw = self._call("read", block)
+        return self._read_back(self._call("read", block))
+
+    def _read_back(self, answer: tuple[int, int, bytes]) -> ReadBack:
+        block_hash, n_tokens, raw = answer
         # A read-only view of the bytes received: nothing else holds them.
         values = np.frombuffer(raw, dtype=np.dtype("<f4")).reshape(self.geometry.values_shape)
         return ReadBack(block_hash, n_tokens, values)
 
     def read_digest(self, block: int) -> tuple[int, int, int]:
         return tuple(self._call("read_digest", block))  # type: ignore[return-value]
+
+    def query(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """One round trip to the session for all of `calls` (PoolHandle.query)."""
+        if self._channel.generation != self._generation:
+            return [ImplementationFault(f"pool lost when the worker {self._channel.loss}")]
+        for op, _ in calls:
+            if op not in QUERIES:
+                raise ValueError(f"{op} is not a query: {', '.join(QUERIES)}")
+        answers = self._channel.batch([(op, (self._id, *args)) for op, args in calls])
+        shaped = {"read": self._read_back, "read_digest": tuple}
+        return [
+            shaped[op](answer) if op in shaped and not isinstance(answer, Exception) else answer
+            for (op, _), answer in zip(calls, answers, strict=False)
+        ]
 
     def find(self, block_hash: int) -> int:
         return self._call("find", block_hash)

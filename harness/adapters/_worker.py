@@ -10,6 +10,10 @@ starts fast and without the suite.
 A message is a 4-byte little-endian length and a pickle. A request is (op, args); op names a
 session method (or "load"). A reply is (kind, value); a fault's value is (its class's name in
 errors.py, its message), so that the suite raises the same class (errors.WORKER_FAULTS).
+
+A request ("batch", [(op, args), ...]) makes several calls in one round trip: the worker makes
+them in order and replies to each as it ends, so a crash or a hang is still the call whose reply
+did not come; it stops after the first reply that is neither an answer nor a refusal.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ OK, REFUSED, FAULT, USAGE, BUG = range(5)
 # The worker's exit status when its channel to the suite breaks (_observed.CHANNEL_BROKEN).
 CHANNEL_BROKEN_STATUS = 86
 LOAD = "load"
+BATCH = "batch"
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -108,8 +113,10 @@ class SharedBuffer:
             self._map = mmap.mmap(self.fd, current)
         return self._map
 
-    def put(self, value: Any) -> Any:
-        """`value` with every large bytes-like in it moved into the buffer (written side)."""
+    def put(self, value: Any, start: int = 0) -> tuple[Any, int]:
+        """`value` with every large bytes-like in it moved into the buffer from offset `start`
+        (written side), and the offset after them: the next reply of a batch goes there, so
+        that it does not overwrite one the other side has not read yet."""
         large: list[memoryview] = []
 
         def collect(item: Any) -> Any:
@@ -122,9 +129,9 @@ class SharedBuffer:
 
         shaped = collect(value)
         if not large:
-            return shaped
-        region = self._mapped(sum(len(v) for v in large), grow=True)
-        places, offset = [], 0
+            return shaped, start
+        region = self._mapped(start + sum(len(v) for v in large), grow=True)
+        places, offset = [], start
         for view in large:
             region[offset : offset + len(view)] = view
             places.append((offset, len(view)))
@@ -137,7 +144,7 @@ class SharedBuffer:
                 return type(item)(place(i) for i in item)
             return item
 
-        return place(shaped)
+        return place(shaped), offset
 
     def take(self, value: Any, copy: bool = True) -> Any:
         """`value` with every buffer reference replaced by its bytes (read side): a copy, or
@@ -185,29 +192,55 @@ def _serve(
         if inbox is not None:
             # Views, not copies: a session copies what it keeps (ctypes from_buffer_copy).
             args = inbox.take(args, copy=False)
-        try:
-            if op == LOAD:
+        if op == LOAD:
+            try:
                 session = session_class(*args)
-                reply: tuple[int, Any] = (OK, session.load())
-            else:
-                reply = (OK, getattr(session, op)(*args))
-        except Refused as exc:
-            reply = (REFUSED, (exc.code, exc.call, exc.detail))
-        except ImplementationFault as exc:
-            reply = (FAULT, (type(exc).__name__, str(exc)))
-        except SuiteUsageError as exc:
-            reply = (USAGE, str(exc))
-        except SystemExit as exc:  # a Python module calling sys.exit() in a call
-            exited = f"raised SystemExit({exc.code!r}) in {session_class.CALLS.get(op, op)}"
-            reply = (FAULT, (ImplementationFault.__name__, exited))
-        except Exception as exc:
-            import traceback
+            except Exception as exc:
+                _send(fd_out, _failed(session_class, op, exc))
+                continue
+        calls = args if op == BATCH else [(op, args)]
+        end = 0  # where the next large buffer of this request's replies goes
+        for call, call_args in calls:
+            reply = _answer(session_class, session, call, call_args)
+            if outbox is not None and reply[0] == OK:
+                shaped, end = outbox.put(reply[1], end)
+                reply = (OK, shaped)
+            _send(fd_out, reply)
+            if reply[0] not in (OK, REFUSED):
+                break  # a batch's later calls are not made: the sequence's first fault ends it
 
-            reply = (BUG, "".join(traceback.format_exception(exc)))
-        if outbox is not None and reply[0] == OK:
-            reply = (OK, outbox.put(reply[1]))
-        payload = pickle.dumps(reply, protocol=PROTOCOL)
-        write_all(fd_out, LENGTH.pack(len(payload)) + payload)
+
+def _answer(session_class: Any, session: Any, op: str, args: Any) -> tuple[int, Any]:
+    """The reply to one call."""
+    try:
+        if op == LOAD:
+            return (OK, session.load())
+        return (OK, getattr(session, op)(*args))
+    except BaseException as exc:
+        return _failed(session_class, op, exc)
+
+
+def _failed(session_class: Any, op: str, exc: BaseException) -> tuple[int, Any]:
+    """The reply to a call that raised `exc`."""
+    if isinstance(exc, Refused):
+        return (REFUSED, (exc.code, exc.call, exc.detail))
+    if isinstance(exc, ImplementationFault):
+        return (FAULT, (type(exc).__name__, str(exc)))
+    if isinstance(exc, SuiteUsageError):
+        return (USAGE, str(exc))
+    if isinstance(exc, SystemExit):  # a Python module calling sys.exit() in a call
+        exited = f"raised SystemExit({exc.code!r}) in {session_class.CALLS.get(op, op)}"
+        return (FAULT, (ImplementationFault.__name__, exited))
+    if not isinstance(exc, Exception):
+        raise exc
+    import traceback
+
+    return (BUG, "".join(traceback.format_exception(exc)))
+
+
+def _send(fd_out: int, reply: tuple[int, Any]) -> None:
+    payload = pickle.dumps(reply, protocol=PROTOCOL)
+    write_all(fd_out, LENGTH.pack(len(payload)) + payload)
 
 
 def _die_with_parent(parent: int) -> None:

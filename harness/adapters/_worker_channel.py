@@ -39,6 +39,7 @@ from . import _worker
 from ._observed import CHANNEL_BROKEN
 from ._quarantine import CallLedger
 from ._worker import (
+    BATCH,
     CHANNEL_BROKEN_STATUS,
     FAULT,
     LENGTH,
@@ -161,6 +162,7 @@ class WorkerChannel:
         self._outbox: SharedBuffer | None = None  # large request buffers, to the worker
         self._inbox: SharedBuffer | None = None  # large reply buffers, from it
         self._log: Any = None
+        self._received = bytearray()  # what was read of the worker's replies, not yet taken
         self._poll = select.poll()
         # Hangs and crashes per operation: each call's wait, and which are not called again.
         self._ledger = CallLedger(
@@ -203,6 +205,7 @@ class WorkerChannel:
             os.close(request_r)
             os.close(reply_w)
         self._wfd, self._rfd = request_w, reply_r
+        self._received = bytearray()
         self._pidfd = _pidfd(self._proc.pid)
         self._poll = select.poll()
         self._poll.register(reply_r, select.POLLIN)
@@ -210,43 +213,87 @@ class WorkerChannel:
             self._poll.register(self._pidfd, select.POLLIN)
         timeout = max(self.call_timeout, STARTUP_TIMEOUT)
         try:
-            return self._call(LOAD, self.load_args, timeout, "while loading")
+            where = "while loading"
+            return self._reply(timeout, where, self._send((LOAD, self.load_args), where))
         except _CallTimedOut:
             raise ImplementationFault(f"timed out after {timeout:g} s while loading") from None
 
     def call(self, op: str, *args: Any) -> Any:
         """Run the session's `<op>(*args)` in the worker (starting one if none is running)."""
-        where = self._ledger.where(op)
-        size = len(args[_SIZED[op][1]]) if op in _SIZED else None
-        timeout = self._ledger.timeout(op, size)  # Quarantined if op is not called any more
+        (answer,) = self.batch([(op, args)])
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def batch(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        """Make `calls` (op, args) in order in one round trip, as `call` makes each: a list of
+        what each answered, or the exception it raised (Refused, or a fault). The list ends
+        at the first fault (the calls after it are not made), so it may be shorter."""
+        planned: list[tuple[str, str, int | None, float]] = []
+        answers: list[Any] = []
+        for op, args in calls:
+            size = len(args[_SIZED[op][1]]) if op in _SIZED else None
+            try:  # Quarantined if op is not called any more
+                timeout = self._ledger.timeout(op, size)
+            except ImplementationFault as quarantined:
+                answers.append(quarantined)
+                break
+            planned.append((op, self._ledger.where(op), size, timeout))
+        if not planned:
+            return answers
         if self._proc is None:
             self._start()
-        start = time.monotonic()
-        try:
-            result = self._call(op, args, timeout, where)
-        except Refused:
-            self._ledger.answered(op, start, settled=False, size=size)
-            raise
-        except _CallTimedOut:
-            raise self._ledger.timed_out(op, timeout, size=size) from None
-        except ImplementationFault as fault:
-            if self.generation_lost_in_call:
-                fault = self._ledger.faulted(op, fault, size=size)
-            raise fault from None
-        self._ledger.answered(op, start, size=size)
-        return result
+        if len(planned) == 1:
+            request: tuple[str, Any] = (planned[0][0], tuple(calls[0][1]))
+        else:
+            request = (BATCH, [(op, tuple(args)) for op, args in calls[: len(planned)]])
+        mark = self._send(request, planned[0][1])
+        for op, where, size, timeout in planned:
+            start = time.monotonic()
+            try:
+                answer = self._reply(timeout, where, mark)
+            except Refused as refused:
+                self._ledger.answered(op, start, settled=False, size=size)
+                answer = refused
+            except _CallTimedOut:
+                answer = self._ledger.timed_out(op, timeout, size=size)
+            except ImplementationFault as fault:
+                if self.generation_lost_in_call:
+                    fault = self._ledger.faulted(op, fault, size=size)
+                answer = fault
+            else:
+                self._ledger.answered(op, start, size=size)
+            answers.append(answer)
+            if isinstance(answer, ImplementationFault):
+                break
+        return answers
 
     generation_lost_in_call = False
 
-    def _call(self, op: str, args: Sequence[Any], timeout: float, where: str) -> Any:
+    def _send(self, request: tuple[str, Any], where: str) -> int:
+        """Write a request; where the worker's output starts from here on (the log's mark)."""
         self.generation_lost_in_call = False
-        shaped = self._outbox.put(tuple(args)) if self._outbox is not None else tuple(args)
+        op, args = request
+        shaped = self._outbox.put(args)[0] if self._outbox is not None else args
         payload = pickle.dumps((op, shaped), protocol=PROTOCOL)
         mark = os.fstat(self._log.fileno()).st_size  # output from here on is this call's
         try:
             write_all(self._wfd, LENGTH.pack(len(payload)) + payload)
+        except BrokenPipeError:
+            self._broken = (where, mark)
+        else:
+            self._broken = None
+        return mark
+
+    _broken: tuple[str, int] | None = None
+
+    def _reply(self, timeout: float, where: str, mark: int) -> Any:
+        """The next reply, as the call's answer; raises what the call raised."""
+        try:
+            if self._broken is not None:
+                raise _Gone
             kind, value = self._receive(timeout)
-        except (_Gone, BrokenPipeError):
+        except _Gone:
             self.generation_lost_in_call = True
             raise self._lost(where, mark) from None
         except _TimedOut:
@@ -271,23 +318,25 @@ class WorkerChannel:
 
     def _receive(self, timeout: float) -> tuple[int, Any]:
         deadline = time.monotonic() + timeout
-        buffer = bytearray()
-        need = LENGTH.size
+        # A batch's replies come one after another: a read may take in the next ones too.
+        buffer = self._received
         while True:
+            if len(buffer) >= LENGTH.size:
+                end = LENGTH.size + LENGTH.unpack_from(buffer)[0]
+                if len(buffer) >= end:
+                    message = pickle.loads(memoryview(buffer)[LENGTH.size : end])
+                    del buffer[:end]
+                    return message
             events = self._poll.poll(max(0.0, deadline - time.monotonic()) * 1000)
             if not events:
                 raise _TimedOut
             readable = {fd for fd, _ in events}
             if self._rfd not in readable:  # only the pidfd: the worker is gone, no reply came
                 raise _Gone
-            chunk = os.read(self._rfd, max(need - len(buffer), 1 << 16))
+            chunk = os.read(self._rfd, 1 << 16)
             if not chunk:
                 raise _Gone
             buffer += chunk
-            if need == LENGTH.size and len(buffer) >= need:
-                need += LENGTH.unpack_from(buffer)[0]
-            if len(buffer) >= need > LENGTH.size:
-                return pickle.loads(memoryview(buffer)[LENGTH.size : need])
 
     def _lost(self, where: str, mark: int) -> ImplementationFault:
         """The worker died during a call: reap it and describe how."""
