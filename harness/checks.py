@@ -244,6 +244,7 @@ def compare_envelopes(
     held_read_back: bool = False,
     released: Sequence[oracle.Block] = (),
     sources: Sequence[tuple[bytes, int] | None] = (),
+    given: Callable[[], Sequence[oracle.Block]] | None = None,
 ) -> None:
     """Byte-exact, or for v2 at the tolerant level: header, hashes, fills, scales exact, the
     CRC valid for the bytes written, and each e4m3 element the expected code or one step from
@@ -255,7 +256,8 @@ def compare_envelopes(
     for the diagnosis; `held_read_back` when the blocks were read back right just before;
     `released`: the blocks written and released before (what a reused slot may hold);
     `sources`: for each block exported, the envelope and record offset it was imported from
-    (None for a block written)."""
+    (None for a block written); `given`: the blocks as the writes gave them, in f32 (called only
+    on a failure)."""
     if expected == actual or _only_nans_differ(expected, actual, nan):
         return
     evidence = EnvelopeEvidence(
@@ -267,6 +269,7 @@ def compare_envelopes(
         held_read_back,
         tuple(released),
         tuple(sources),
+        tuple(given() if given is not None else ()),
     )
     if level == "tolerant" and len(expected) == len(actual):
         problem = _tolerant_problem(expected, actual, nan)

@@ -35,7 +35,9 @@ class EnvelopeEvidence:
     the pool holds is known right (no mistake of its store explains the export).
     `released`: blocks written and released before the export (in the pool's precision),
     whose slots the exported blocks may reuse. `sources`: for each block exported, the envelope
-    and record offset it was imported from (None for a block written; empty where unknown)."""
+    and record offset it was imported from (None for a block written; empty where unknown).
+    `given`: the blocks as the writes gave them, in f32, before the pool's precision (empty
+    where unknown), so that an f16 store's mistake is fitted on what it was given."""
 
     expected: bytes
     actual: bytes
@@ -45,6 +47,7 @@ class EnvelopeEvidence:
     held_read_back: bool = False
     released: tuple[oracle.Block, ...] = ()
     sources: tuple[tuple[bytes, int] | None, ...] = ()
+    given: tuple[oracle.Block, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,6 +101,9 @@ class RefusalEvidence:
     rules_first: bool = False
     pool: ReaderPool | None = None
     fault: str = ""
+    # The refused call was a write of (block_hash, n_tokens) into a pool of that geometry:
+    # the diagnosis probes the write's rule (tlkv_conformance.diagnosis._pool_models).
+    write: tuple[oracle.Geometry, int, int] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,6 +130,32 @@ class StaleHashEvidence:
     block_hash: int
 
 
+@dataclass(frozen=True)
+class PoolStep:
+    """One pool operation a case made and what it answered. `op`: write, retain, release,
+    find, free or read (any other: a step no pool model replays); `block`: the label of the
+    block it made or acted on; `block_hash`: a write's or a find's hash; `answer`: "ok", a
+    refusal's status, the label of the block a find answered, or a free count."""
+
+    op: str
+    block: str = ""
+    block_hash: int = 0
+    answer: str | int = "ok"
+
+
+@dataclass(frozen=True, eq=False)
+class PoolHistoryEvidence:
+    """A pool case's steps up to and including the one that failed, each with its answer, in
+    a pool of `geometry` and `capacity` (the diagnosis replays them on models of the pool's
+    bookkeeping). `fault`: the fault's message, where the last step faulted (its answer
+    "fault")."""
+
+    geometry: oracle.Geometry
+    capacity: int
+    steps: tuple[PoolStep, ...]
+    fault: str = ""
+
+
 @dataclass(frozen=True, eq=False)
 class KnownMistake:
     """A check whose failure names the mistake by itself (an imported hash not registered)."""
@@ -141,6 +173,9 @@ class KnownMistake:
     # its registry probe in a new pool of it answers as the cause says (find may miss that one
     # hash or that one block for another reason).
     registry_probe: oracle.Geometry | None = None
+    # Where find refused an imported hash: the envelope imported and that hash, so that the
+    # diagnosis imports it again in other orders (which of two hashes find misses).
+    imported: tuple[bytes, int] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,4 +232,5 @@ Evidence = (
     | KnownMistake
     | FaultEvidence
     | OrderEvidence
+    | PoolHistoryEvidence
 )

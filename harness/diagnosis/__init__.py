@@ -30,6 +30,7 @@ from ..evidence import (
     KnownMistake,
     OrderEvidence,
     PoolChangeEvidence,
+    PoolHistoryEvidence,
     RefusalEvidence,
     SizeEvidence,
     StaleHashEvidence,
@@ -38,11 +39,12 @@ from ..evidence import (
 from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
 from ._crc_signatures import CRC_FAMILY, client_chunk_crc_cause
 from ._envelope import envelope_attribution
-from ._faults import fault_title
+from ._faults import fault_title, own_fault_cause, valid_input_fault_cause
 from ._hash_signatures import hash_causes
 from ._layout import record_stride_causes, swapped_field_causes
 from ._orders import permutation_causes
-from ._probe import probe_chunk_crc, probe_reader, registry_probe_fits
+from ._pool_models import history_causes, registry_order_causes, write_rule_causes
+from ._probe import probe_chunk_crc, probe_reader, registry_answers, registry_probe_fits
 from ._refusals import (
     envelope_properties,
     fault_cause_id,
@@ -51,6 +53,7 @@ from ._refusals import (
 )
 from ._signatures import ONE_OF
 from ._v2_decoder import imported_decode_causes
+from ._value_refusals import value_refusal_causes
 from ._values import values_attribution
 from ._widths import hash_fault_causes
 
@@ -110,6 +113,7 @@ def _analyse(
             evidence.pool_dtype,
             evidence.held_read_back,
             evidence.released,
+            evidence.given,
         )
         if not causes:
             causes = imported_decode_causes(evidence.actual, evidence.sources)
@@ -144,12 +148,20 @@ def _analyse(
             and probe is not None
             and (
                 found := refused_valid_causes(probe, evidence)
+                or value_refusal_causes(probe, evidence)
                 or swapped_field_causes(probe, evidence)
                 or record_stride_causes(probe, evidence)
             )
         ):
             reqs = {r for c in found for r in c.reqs}
             return found, reqs, VALID_REFUSED.format(code=evidence.actual)
+        if (
+            evidence.write is not None
+            and evidence.actual
+            and not evidence.rules
+            and (found := write_rule_causes(implementation, *evidence.write, evidence.actual))
+        ):
+            return found, {"POOL-WRITE-ARGS"}, VALID_REFUSED.format(code=evidence.actual)
         return _refusal(evidence, probed)
     if isinstance(evidence, PoolChangeEvidence):
         cause = Cause(
@@ -195,13 +207,20 @@ def _analyse(
             found = hash_fault_causes(implementation, *evidence.hash_input, evidence.detail)
             return found, {"HASH-INPUT"} if found else set(), FAULT
         if known is None:
-            return [], set(), FAULT
+            own = own_fault_cause(evidence.detail)
+            return ([own], set(own.reqs), FAULT) if own else ([], set(), FAULT)
         detail = evidence.detail.splitlines()[0]
         return [Cause(known.id, known.title, (), detail, yields_to=known.yields_to)], set(), FAULT
     if isinstance(evidence, KnownMistake):
         if evidence.registry_probe is not None and not registry_probe_fits(
             implementation, evidence.registry_probe, evidence.cause
         ):
+            if evidence.imported is not None and (
+                found := registry_order_causes(
+                    implementation, evidence.registry_probe, *evidence.imported
+                )
+            ):
+                return found, {"POOL-FIND"}, ""
             return [], set(evidence.reqs), ""
         cause = Cause(
             evidence.cause,
@@ -223,6 +242,14 @@ def _analyse(
             f"the items due at {found}, in that order",
         )
         return causes, set(evidence.reqs), ""
+    if isinstance(evidence, PoolHistoryEvidence):
+        answers = registry_answers(implementation, evidence.geometry) if implementation else None
+        # the probe's written blocks: both found, or neither (else it tells nothing here)
+        registered = None if answers is None or len(set(answers[:2])) != 1 else answers[0]
+        causes = history_causes(evidence, registered)
+        if evidence.fault:  # a write that faulted: blamed on what the case cites, unnamed
+            return causes, set(), FAULT
+        return causes, {"POOL-REFS", "POOL-FIND"}, ""
     if isinstance(evidence, StaleHashEvidence):
         cause = Cause(
             "release-keeps-hash",
@@ -248,9 +275,8 @@ def _refusal(ev: RefusalEvidence, probed: Cause | None) -> tuple[list[Cause], se
     if not ev.rules:  # a valid input
         symptom = VALID_REFUSED.format(code=ev.actual) if ev.actual else ""
         if ev.actual == "fault":
-            title = f"{fault_title(ev.fault)} on a valid envelope"
-            cause = Cause("fault-on-valid", title, ("READ-ACCEPT",))
-            return [cause], {"READ-ACCEPT"}, symptom
+            cause = valid_input_fault_cause(ev.fault)
+            return [cause], set(cause.reqs), symptom
         if ev.actual == "ESHAPE":
             # ESHAPE is the geometry rule's alone, and the input has the pool's geometry.
             cause = Cause(

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import oracle
 from ._causes import Cause
+from ._f16_models import OVERFLOW_RULES, OverflowRule
 from ._signatures import ONE_OF, one_of
 
 F32 = np.float32
@@ -169,19 +170,22 @@ class Encoder:
         )
 
 
-def single_mistakes(fmt: Minifloat) -> list[Encoder]:
+def single_mistakes(fmt: Minifloat) -> list[Encoder | OverflowRule]:
     """Every encoder one parameter away from the right one. An exponent bias off by one is an
     e4m3 encoder's only: written by hand, where f16 comes from a library or the hardware (and
     values at twice or half their value in an f16 export are a decoder's as well); so is a sign
-    taken from x < 0 (an f16 store losing -0.0 has its own signatures)."""
+    taken from x < 0 (an f16 store losing -0.0 has its own signatures). An f16 encoder's
+    overflow may start at another threshold (`_f16_models.OVERFLOW_RULES`)."""
     found = [Encoder(rounding=r) for r in ROUNDINGS if r != NEAREST_EVEN]
     found += [Encoder(subnormals=s) for s in SUBNORMALS if s != RIGHT]
     if fmt is E4M3:
         found += [Encoder(bias_offset=-1), Encoder(bias_offset=1), Encoder(zero_sign="unsigned")]
-    return [*found, Encoder(overflow="saturated")]
+    return [*found, Encoder(overflow="saturated"), *(OVERFLOW_RULES if fmt is F16 else ())]
 
 
-def fitting_encoders(fmt: Minifloat, x: np.ndarray, got: np.ndarray) -> list[Encoder]:
+def fitting_encoders(
+    fmt: Minifloat, x: np.ndarray, got: np.ndarray
+) -> list[Encoder | OverflowRule]:
     """The one-mistake encoders whose codes for `x` are exactly `got` (and not the right
     ones: a variant that writes the right codes on this evidence shows nothing)."""
     got = np.asarray(got).astype(np.int64)

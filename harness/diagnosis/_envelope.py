@@ -13,9 +13,12 @@ from .. import oracle
 from ._causes import Cause
 from ._codec_model import held_f16_causes
 from ._crc_signatures import crc_trailer_causes
+from ._crc_tables import table_trailer_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
 from ._orders import axis_order_layouts, field_source_causes, records_permuted_causes
+from ._padding_axis import padding_axis_causes
+from ._scale_floor import scale_floor_causes
 from ._v2_layout import ScaledRecord, v2_writer_causes
 from ._widths import field_width_causes
 
@@ -125,6 +128,7 @@ def envelope_attribution(
     pool_dtype: str = "",
     held_read_back: bool = False,
     released: Sequence[oracle.Block] = (),
+    given: Sequence[oracle.Block] = (),
 ) -> tuple[list[Cause], set[str], str]:
     """(causes, the requirements of the fields that differ, symptom) for an export `actual`
     where the oracle wrote `expected` from `blocks` (when known), the blocks `block_ids` of a
@@ -132,7 +136,9 @@ def envelope_attribution(
     only where the blocks were not read back right first (`held_read_back`), and in a v2 export,
     where the codes come from what the pool holds, alongside the e4m3 writer's mistakes that
     give the same bytes ("one of"); in a v1 export the store and the f16 conversion are one.
-    `released`: blocks the pool held and released before, whose slot a block may reuse."""
+    `released`: blocks the pool held and released before, whose slot a block may reuse;
+    `given`: the blocks as the writes gave them in f32 (when known), what a v1 export's f16
+    store or converter is fitted on."""
     if len(expected) != len(actual):
         return _length_causes(expected, actual), {"ENV-SIZE"}, ""
     try:
@@ -143,7 +149,10 @@ def envelope_attribution(
     reqs = shape.field_reqs(expected, differing)
     crc_at = shape.size - oracle.CRC_SIZE
     if reqs == {"ENV-CRC"}:
-        causes = crc_trailer_causes(actual[:crc_at], actual[crc_at:], ("ENV-CRC",))
+        body, trailer = actual[:crc_at], actual[crc_at:]
+        causes = crc_trailer_causes(body, trailer, ("ENV-CRC",)) or table_trailer_causes(
+            body, trailer, ("ENV-CRC",)
+        )
         return causes, reqs, "crc-only"
     # The CRC covers every byte before it: when any of them differs, so does the CRC.
     reqs.discard("ENV-CRC")
@@ -159,17 +168,25 @@ def envelope_attribution(
         ) or field_source_causes(expected, actual, offsets, _HEADER_REQS, pool_dtype)
     if not causes:
         causes = _padding_causes(shape, reqs)
+    if not causes and blocks:
+        records = [(r.payload, r.n_tokens) for r in shape.records]
+        causes = padding_axis_causes(shape.version, expected, actual, records, blocks)
     if causes or not blocks:
         return causes, reqs, ""
     if shape.version == 1:
-        causes = _held_value_causes(shape, actual, blocks) or _v1_value_causes(
-            shape, expected, actual
+        # the f16 conversion recomputed on the values it was given first: the codes alone
+        # (_v1_value_causes) cannot tell which values past the range were written how
+        causes = (
+            _held_value_causes(shape, actual, blocks)
+            or held_f16_causes([], shape.geometry, 1, actual, given or blocks)
+            or _v1_value_causes(shape, expected, actual)
         )
-        if not causes:
-            causes = held_f16_causes(causes, shape.geometry, 1, actual, blocks)
         return causes, reqs, ""
-    causes = _v2_numeric_causes(shape, expected, actual, blocks, released) or v2_writer_causes(
-        _scaled_records(shape, expected, actual, blocks)
+    records = _scaled_records(shape, expected, actual, blocks)
+    causes = (
+        _v2_numeric_causes(shape, expected, actual, blocks, released)
+        or v2_writer_causes(records)
+        or scale_floor_causes(records)
     )
     if not held_read_back:
         causes = held_f16_causes(

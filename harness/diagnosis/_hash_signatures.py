@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import oracle
+from ._byte_models import operand_causes
 from ._causes import Cause
 from ._hash_models import (
     FNV_VARIANTS,
@@ -209,8 +210,8 @@ def hash_causes(parent: int, tokens: Sequence[int], expected: int, actual: int) 
             mistakes = variant.mistakes + basis + returned
             if mistakes and len(mistakes) <= MAX_MISTAKES:
                 fits.append(mistakes)
-    if not fits:
-        return []
+    if not fits:  # the input's bytes right, the FNV step fed another operand?
+        return operand_causes(parent, tokens, expected, actual)
     fewest = min(len(m) for m in fits)
     named = [_cause(m, actual) for m in dict.fromkeys(m for m in fits if len(m) == fewest)]
     return [one_of(named), *named] if len(named) > 1 else named

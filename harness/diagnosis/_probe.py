@@ -24,6 +24,7 @@ from ._crc_signatures import (
     reader_crc_cause,
     resealed_variants,
 )
+from ._crc_tables import table_found_in_reader, table_resealed
 
 # The registry probe's blocks: two written, then two imported, all full, in four different
 # slots (so that a find missing one block id answers a mix), each pair with a hash below 2^63
@@ -53,10 +54,16 @@ def registry_probe_fits(
     one hash or that one block)."""
     if implementation is None or cause_id not in REGISTRY_FITS:
         return False
+    return registry_answers(implementation, geometry) == REGISTRY_FITS[cause_id]
+
+
+def registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> list[bool] | None:
+    """The registry probe's answers (two blocks written, then two imported: whether find
+    answers each), probed once per implementation and geometry; None where it cannot tell."""
     known = _probed.setdefault(implementation, {})
     if geometry not in known:
         known[geometry] = _registry_answers(implementation, geometry)
-    return known[geometry] == REGISTRY_FITS[cause_id]
+    return known[geometry]
 
 
 def _registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> list[bool] | None:
@@ -135,6 +142,9 @@ def probe_reader(implementation: Adapter, refusal: RefusalEvidence) -> Cause | N
     for model, variant in resealed_variants(refusal.envelope, implementation):
         if read_as_due(variant):
             return reader_crc_cause(*found_in_reader(implementation, model), refusal.actual or "")
+    for models, variant in table_resealed(refusal.envelope, implementation):
+        if read_as_due(variant):
+            return table_found_in_reader(implementation, models, refusal.actual or "")
     return None
 
 

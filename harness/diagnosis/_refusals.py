@@ -26,6 +26,7 @@ from ._causes import VALID_REFUSED, Cause
 AT_LIMIT = "refused-at-limit:"
 OVER_ENFORCED = "refuses-valid:"
 ZERO_HASH_REPLACED = 1  # the hash a block whose FNV-1a is 0 carries (HASH-ZERO)
+HIGH_BIT = 1 << 63  # a hash's sign bit, read as a signed 64-bit integer
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,14 @@ PROPERTIES = (
         lambda records, b: any(h == ZERO_HASH_REPLACED for h, _, _ in records),
         lambda h, b: [(ZERO_HASH_REPLACED, b, False)],
         lambda h, b: [(h, b, False)],
+    ),
+    _Property(
+        "hash-from-2^63",
+        "a valid envelope holding a block whose hash is 2^63 or more refused, the same block "
+        "with the hash's top bit clear accepted (a hash read as a signed 64-bit integer)",
+        lambda records, b: any(h >> 63 for h, _, _ in records),
+        lambda h, b: [(h | HIGH_BIT, b, False)],
+        lambda h, b: [(h & ~HIGH_BIT, b, False)],
     ),
     _Property(
         "padding-not-zero",

@@ -151,7 +151,12 @@ def write_all(
         except Refused as refusal:
             raise CaseFailure(
                 f"{what} block {index}: {refusal}",
-                RefusalEvidence(frozenset(), frozenset(), refusal.code),
+                RefusalEvidence(
+                    frozenset(),
+                    frozenset(),
+                    refusal.code,
+                    write=(pool.geometry, plan.block_hash, plan.n_tokens),
+                ),
             ) from None
     return ids
 
@@ -318,6 +323,7 @@ def check_imported(
                         f"find({record.block_hash:#x}) refused with {refusal.code} after import",
                         yields_to=NOT_HELD,
                         registry_probe=pool.geometry,
+                        imported=(data, record.block_hash),
                     ),
                 ) from None
             if pool.read(found).block_hash != record.block_hash:

@@ -23,8 +23,11 @@ from ...evidence import (
     NOT_HELD,
     CountEvidence,
     Evidence,
+    FaultEvidence,
     KnownMistake,
     OrderEvidence,
+    PoolHistoryEvidence,
+    PoolStep,
     RefusalEvidence,
     SizeEvidence,
     StaleHashEvidence,
@@ -71,6 +74,7 @@ class PoolScript:
         self.sources: dict[str, tuple[bytes, int]] = {}
         # (pool, ids, records) of the last import, for the diagnosis
         self.last_import: tuple[str, list[int], list[oracle.Record]] | None = None
+        self.history: list[PoolStep] = []  # the steps run so far with their answers, likewise
 
     @property
     def pool(self) -> PoolHandle:
@@ -125,11 +129,38 @@ class PoolScript:
             except CaseFailure as failure:
                 raise failure.prefixed(f"step {number} ({op}): ") from None
             except Refused as refusal:
+                write = (self.geometry, arg.block_hash, arg.n_tokens) if op == "write" else None
                 raise CaseFailure(
                     f"step {number} ({op}): {refusal}",
-                    RefusalEvidence(frozenset(), frozenset(), refusal.code),
+                    RefusalEvidence(frozenset(), frozenset(), refusal.code, write=write),
+                ) from None
+            except ImplementationFault as fault:
+                # a write faulting on this pool's state (not on every call): its history
+                if op != "write" or FaultEvidence.of_operation(fault) is not None:
+                    raise
+                faulted = replace(self._answered(op, arg), answer="fault")
+                history = PoolHistoryEvidence(
+                    self.geometry, self.capacity, (*self.history, faulted), str(fault)
+                )
+                raise CaseFailure(
+                    f"step {number} ({op}): implementation fault: {fault}", history
                 ) from None
             self.done.append(op)
+            self.history.append(self._answered(op, arg))
+
+    def _answered(self, op: str, arg: Any) -> PoolStep:
+        """A step run as its expectation says, as a pool model replays it."""
+        if op == "write":
+            return PoolStep(op, arg.label or "", arg.block_hash, arg.expect or "ok")
+        if op in ("read", "release", "retain"):
+            return PoolStep(op, arg["block"], answer=arg.get("expect") or "ok")
+        if op == "find":
+            key = arg["hash"]
+            block_hash = self.plans[key].block_hash if isinstance(key, str) else key
+            return PoolStep(op, block_hash=block_hash, answer=arg["expect"])
+        if op == "free":
+            return PoolStep(op, answer=arg)
+        return PoolStep(op)
 
     def _refusal(self, code: str) -> str:
         return self.testee.refusal(code)
@@ -257,7 +288,12 @@ class PoolScript:
             # never registered is not shown.
             touched = (self.in_use, expect) in self.references
             if touched or (self.in_use, block_hash) in self.released:
-                raise CaseFailure(message) from None
+                code = "ENOTFOUND" if refusal.code == self._refusal("ENOTFOUND") else refusal.code
+                refused = PoolStep("find", block_hash=block_hash, answer=code)
+                history = PoolHistoryEvidence(
+                    self.geometry, self.capacity, (*self.history, refused)
+                )
+                raise CaseFailure(message, history) from None
             raise CaseFailure(
                 message,
                 KnownMistake(

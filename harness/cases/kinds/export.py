@@ -130,6 +130,7 @@ class ExportCase(Case):
                 ids,
                 dtype,
                 released=[_as_held(p, dtype) for p in self.history],
+                given=lambda: [p.as_oracle_block() for p in self.blocks],
             )
 
 
