@@ -62,9 +62,9 @@ class PoolCase(Case):
                 alive.discard(arg)
             elif op == "write":
                 writes.append(arg)
-                arg = ctx.plan(geometry, writes, fixed=is_fixed(raw.get("geometry")))[-1]
-                if arg.label:
-                    labels[arg.label] = current
+                arg = len(writes) - 1  # the write's plan, made below with the others
+                if label := writes[arg].get("as"):
+                    labels[label] = current
             elif op == "import":
                 labels.update(dict.fromkeys(arg.get("as", []), current))
                 arg = {**arg, "data": ctx.resolver.resolve(arg["envelope"]).data}
@@ -72,6 +72,10 @@ class PoolCase(Case):
                 size = geometry.envelope_size(arg["n_blocks"], arg["version"])
                 arg = {**arg, "expect": size}  # the oracle's, computed at collection
             steps.append((op, arg))
+        # Planned once for the whole script, not again at each write: a script of many writes
+        # at a real geometry would make every block's values as many times as writes follow it.
+        plans = ctx.plan(geometry, writes, fixed=is_fixed(raw.get("geometry")))
+        steps = [(op, plans[arg] if op == "write" else arg) for op, arg in steps]
         writes = V1_ONLY if raw.get("writer") == "v1-only" else None
         return [
             cls(
