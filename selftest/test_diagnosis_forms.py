@@ -1,16 +1,18 @@
-"""The diagnosis's models of a value stored in another form: the block hash kept to fewer bits.
-Each mistaken output is built here the way the mistake builds it (a hand-written FNV-1a and
-mask, not the model's code); the right one comes from the oracle."""
+"""The diagnosis's models of a value stored in another form: the block hash kept to fewer bits,
+a v2 slab scale written as an integer. Each mistaken output is built here the way the mistake
+builds it (a hand-written FNV-1a and mask, struct packing), not by the model's code; the right
+one comes from the oracle."""
 
 from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 from tlkv_conformance import oracle
 from tlkv_conformance.diagnosis import attribute, diagnose_run
 from tlkv_conformance.diagnosis._causes import Attribution
-from tlkv_conformance.evidence import HashEvidence
+from tlkv_conformance.evidence import EnvelopeEvidence, HashEvidence
 
 U64 = (1 << 64) - 1
 PARENT = 0x0123456789ABCDEF
@@ -91,3 +93,56 @@ def test_a_basis_with_its_top_bit_flipped_is_no_mask_where_it_sets_the_top_bit()
     assert flipped >> 63
     got = _diagnosed(flipped, TOKENS_TOP_BIT_CLEAR)
     assert _named(got) == ["hash-offset-basis:0x4bf29ce484222325"]
+
+
+# -- a v2 scale written as an integer -----------------------------------------------------------
+
+GEOMETRY = oracle.Geometry(4, 2, 3, 8)
+SLABS = GEOMETRY.n_layers * 2 * GEOMETRY.n_kv_heads
+
+
+def _blocks(spread: float) -> list[oracle.Block]:
+    rng = np.random.default_rng(11)
+    values = rng.standard_normal(GEOMETRY.values_shape) * spread
+    return [oracle.Block(0, 3, oracle.round_to_f16(values.astype(np.float32)))]
+
+
+def _scales_as(blocks: list[oracle.Block], integer_of) -> tuple[bytes, bytes, list[float]]:
+    """The export due and the one whose scale array holds each due scale as the u32
+    `integer_of(scale)`, resealed."""
+    expected = oracle.encode(GEOMETRY, blocks, 2)
+    start = oracle.HEADER_SIZE + oracle.RECORD_PREFIX_SIZE + GEOMETRY.n_elements
+    due = list(struct.unpack_from(f"<{SLABS}f", expected, start))
+    scales = b"".join(struct.pack("<I", integer_of(s)) for s in due)
+    return expected, oracle.seal(expected[:start] + scales + expected[start + 4 * SLABS : -4]), due
+
+
+def _scale_diagnosis(expected: bytes, actual: bytes, blocks) -> Attribution:
+    attribution = attribute(EnvelopeEvidence(expected, actual, tuple(blocks)), [])
+    assert attribution.note == "", attribution.note
+    return attribution
+
+
+@pytest.mark.parametrize(
+    ("cause", "integer_of"),
+    [
+        ("v2-scale-stored:uint32-value", int),
+        ("v2-scale-stored:uint32-rounded", lambda s: int(s + 0.5)),
+    ],
+)
+def test_a_scale_written_as_an_integer_is_named_with_its_rounding(cause: str, integer_of) -> None:
+    blocks = _blocks(600.0)  # scales about 4: some slabs' fraction under 0.5, some over
+    expected, actual, due = _scales_as(blocks, integer_of)
+    assert {int(s) != int(s + 0.5) for s in due} == {True, False}
+    got = _scale_diagnosis(expected, actual, blocks)
+    assert got.cause is not None, got.causes
+    assert got.cause.id == cause, got.causes
+    assert got.blamed == ("V2-LAYOUT",)
+
+
+def test_scales_under_one_half_written_as_integers_are_one_of_the_roundings() -> None:
+    blocks = _blocks(3.0)  # every scale under 0.5: 0 both ways
+    expected, actual, due = _scales_as(blocks, int)
+    assert max(due) < 0.5
+    got = _scale_diagnosis(expected, actual, blocks)
+    assert _named(got) == ["v2-scale-stored:uint32-value", "v2-scale-stored:uint32-rounded"]

@@ -155,7 +155,30 @@ def _forms() -> dict[str, tuple[str, str, Callable[[np.ndarray], np.ndarray]]]:
                 "V2-SCALE",
                 lambda s: s.astype(ml_dtypes.bfloat16).astype(F32),
             ),
+            # An int32 writes the same bytes as a uint32 (every scale is 0 or more and far
+            # below 2^31 in a real export), so one id names both.
+            "v2-scale-stored:uint32-value": (
+                "the slab scale written as the integer its value converts to (truncated toward "
+                "0: 0 for every scale below 1), not its f32 bit pattern",
+                "V2-LAYOUT",
+                lambda s: _as_u32_bits(np.trunc(s)),
+            ),
+            "v2-scale-stored:uint32-rounded": (
+                "the slab scale written as its value rounded to the nearest integer, halves "
+                "up (roundf, or + 0.5 truncated: 0 for every scale below 0.5), not its f32 bit "
+                "pattern",
+                "V2-LAYOUT",
+                lambda s: _as_u32_bits(np.floor(s + F32(0.5))),
+            ),
         }
+
+
+def _as_u32_bits(whole: np.ndarray) -> np.ndarray:
+    """Whole numbers written as u32 integers, as the f32 array whose bytes those are (an
+    integer form compared like the float ones); beyond a u32's range, no such form."""
+    if not (np.isfinite(whole).all() and (whole >= 0).all() and (whole < 2**32).all()):
+        return np.full(whole.shape, np.nan, dtype=F32)  # no integer: written bytes never NaN-ish
+    return whole.astype(np.uint32).view(F32)
 
 
 def form_causes(records: Sequence[ScaledRecord]) -> list[Cause]:
