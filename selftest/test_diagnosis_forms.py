@@ -117,7 +117,7 @@ def _scales_as(blocks: list[oracle.Block], integer_of) -> tuple[bytes, bytes, li
     return expected, oracle.seal(expected[:start] + scales + expected[start + 4 * SLABS : -4]), due
 
 
-def _scale_diagnosis(expected: bytes, actual: bytes, blocks) -> Attribution:
+def _envelope_diagnosis(expected: bytes, actual: bytes, blocks) -> Attribution:
     attribution = attribute(EnvelopeEvidence(expected, actual, tuple(blocks)), [])
     assert attribution.note == "", attribution.note
     return attribution
@@ -134,7 +134,7 @@ def test_a_scale_written_as_an_integer_is_named_with_its_rounding(cause: str, in
     blocks = _blocks(600.0)  # scales about 4: some slabs' fraction under 0.5, some over
     expected, actual, due = _scales_as(blocks, integer_of)
     assert {int(s) != int(s + 0.5) for s in due} == {True, False}
-    got = _scale_diagnosis(expected, actual, blocks)
+    got = _envelope_diagnosis(expected, actual, blocks)
     assert got.cause is not None, got.causes
     assert got.cause.id == cause, got.causes
     assert got.blamed == ("V2-LAYOUT",)
@@ -144,5 +144,36 @@ def test_scales_under_one_half_written_as_integers_are_one_of_the_roundings() ->
     blocks = _blocks(3.0)  # every scale under 0.5: 0 both ways
     expected, actual, due = _scales_as(blocks, int)
     assert max(due) < 0.5
-    got = _scale_diagnosis(expected, actual, blocks)
+    got = _envelope_diagnosis(expected, actual, blocks)
     assert _named(got) == ["v2-scale-stored:uint32-value", "v2-scale-stored:uint32-rounded"]
+
+
+# -- the magic's bytes in another order ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("magic", "cause"),
+    [
+        (struct.pack("<I", 0x544C4B56), "magic-byte-order:reversed"),  # b"VKLT"
+        (struct.pack("<2H", 0x544C, 0x4B56), "magic-byte-order:pairs-swapped"),  # b"LTVK"
+        (b"KVTL", "magic-byte-order:halves-swapped"),
+        (b"TKLV", "magic-byte-order:1324"),
+    ],
+)
+def test_the_magic_in_another_byte_order_is_named_by_the_order(magic: bytes, cause: str) -> None:
+    blocks = _blocks(3.0)
+    expected = oracle.encode(GEOMETRY, blocks, 1)
+    assert expected[:4] == b"TLKV"
+    actual = oracle.seal(magic + expected[4:-4])
+    got = _envelope_diagnosis(expected, actual, blocks)
+    assert got.cause is not None, got.causes
+    assert got.cause.id == cause
+    assert got.blamed == ("ENV-HEADER",)
+    assert f'"{magic.decode()}"' in got.cause.title
+
+
+def test_a_magic_in_another_order_under_the_spec_s_crc_is_no_such_export() -> None:
+    blocks = _blocks(3.0)
+    expected = oracle.encode(GEOMETRY, blocks, 1)
+    got = attribute(EnvelopeEvidence(expected, b"VKLT" + expected[4:], tuple(blocks)), [])
+    assert all(not c.id.startswith("magic-byte-order") for c in got.causes)
