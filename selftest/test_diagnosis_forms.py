@@ -148,6 +148,18 @@ def test_scales_under_one_half_written_as_integers_are_one_of_the_roundings() ->
     assert _named(got) == ["v2-scale-stored:uint32-value", "v2-scale-stored:uint32-rounded"]
 
 
+def test_a_block_of_zeros_scales_written_as_1_are_no_integer_form() -> None:
+    # 1.0 written as the u32 1 is the bits of 2^-149: a floor clamping the scale there writes
+    # the same, and only a slab with values would tell them apart (the integer forms write it
+    # 0 or its nearest whole number, a floor leaves it right)
+    blocks = [oracle.Block(0, 3, np.zeros(GEOMETRY.values_shape, dtype=np.float32))]
+    expected, actual, due = _scales_as(blocks, int)
+    assert set(due) == {1.0}
+    got = _envelope_diagnosis(expected, actual, blocks)
+    assert got.cause is not None, got.causes
+    assert all(name.startswith("v2-scale-floor:") for name in _named(got)), got.cause.id
+
+
 # -- the magic's bytes in another order ---------------------------------------------------------
 
 
