@@ -16,6 +16,7 @@ from ._crc_signatures import crc_trailer_causes
 from ._crc_tables import table_trailer_causes
 from ._e4m3_signatures import code_causes, scale_causes
 from ._f16_signatures import f16_causes
+from ._forms import magic_order_causes
 from ._orders import axis_order_layouts, field_source_causes, records_permuted_causes
 from ._padding_axis import padding_axis_causes
 from ._scale_floor import scale_floor_causes
@@ -166,6 +167,8 @@ def envelope_attribution(
         causes = records_permuted_causes(
             expected, actual, offsets, shape.record_size, block_ids
         ) or field_source_causes(expected, actual, offsets, _HEADER_REQS, pool_dtype)
+    if not causes:
+        causes = magic_order_causes(expected, actual)
     if not causes:
         causes = _padding_causes(shape, reqs)
     if not causes and blocks:

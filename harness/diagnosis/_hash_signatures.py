@@ -109,6 +109,44 @@ BYTE_SWAPPED = Mistake(
 )
 
 
+@dataclass(frozen=True)
+class ResultForm:
+    """The FNV result kept to its low `bits` and, `signed`, sign-extended back to 64 bits (a
+    hash stored in a signed column, a JavaScript number, an int32_t): applied to the spec's
+    computation, before the zero rule (`(h & mask) or 1`)."""
+
+    bits: int
+    signed: bool = False
+
+    def of(self, raw: int) -> int:
+        kept = raw & ((1 << self.bits) - 1)
+        if self.signed and kept >> (self.bits - 1):
+            kept = (kept - (1 << self.bits)) & U64
+        return kept or 1
+
+    @property
+    def mistake(self) -> Mistake:
+        if self.signed:
+            return Mistake(
+                f"hash-result-sign-extended:{self.bits}-bit",
+                f"the hash returned as its low {self.bits} bits sign-extended to 64 (held in "
+                f"an int{self.bits}_t on the way)",
+                "HASH-FNV",
+            )
+        return Mistake(
+            f"hash-result-masked:{self.bits}-bit",
+            f"the hash returned masked to its low {self.bits} bits (its top "
+            + (f"{64 - self.bits} bits" if self.bits < 63 else "bit")
+            + " cleared)",
+            "HASH-FNV",
+        )
+
+
+# The low 32 bits alone are hash-result-32-bit (RESULT_32_BIT, tried first).
+RESULT_FORMS = (ResultForm(63), ResultForm(62), ResultForm(53), ResultForm(48), ResultForm(31))
+RESULT_FORMS += (ResultForm(32, signed=True),)
+
+
 def _raw_hashes(actual: int) -> list[tuple[int, tuple[Mistake, ...]]]:
     """The FNV results the implementation may have computed before returning `actual`, each
     with the mistake of returning it that way (none: as the spec says)."""
@@ -194,7 +232,11 @@ def hash_causes(parent: int, tokens: Sequence[int], expected: int, actual: int) 
     raws = _raw_hashes(actual)
     # A hash returned otherwise than computed is tried with the spec's computation alone.
     computed_as_returned = [(raw, returned) for raw, returned in raws if not returned]
-    fits: list[tuple[Mistake, ...]] = []
+    # Each result form is the spec's computation kept to fewer bits: a wrong offset basis that
+    # differs only in the bits cleared gives the same hash, so both are named ("one of"), the
+    # form first (a run whose every failing hash fits it is settled on it).
+    raw = oracle.fnv1a64(oracle.hash_input(parent, tokens))
+    fits = [(form.mistake,) for form in RESULT_FORMS if form.of(raw) == actual]
     for variant in VARIANTS:
         if actual > variant.fnv.mask:
             continue

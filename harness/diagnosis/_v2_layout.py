@@ -155,7 +155,38 @@ def _forms() -> dict[str, tuple[str, str, Callable[[np.ndarray], np.ndarray]]]:
                 "V2-SCALE",
                 lambda s: s.astype(ml_dtypes.bfloat16).astype(F32),
             ),
+            # An int32 writes the same bytes as a uint32 (every scale is 0 or more and far
+            # below 2^31 in a real export), so one id names both.
+            "v2-scale-stored:uint32-value": (
+                "the slab scale written as the integer its value converts to (truncated toward "
+                "0: 0 for every scale below 1), not its f32 bit pattern",
+                "V2-LAYOUT",
+                lambda s: _as_u32_bits(np.trunc(s)),
+            ),
+            "v2-scale-stored:uint32-rounded": (
+                "the slab scale written as its value rounded to the nearest integer, halves "
+                "up (roundf, or + 0.5 truncated: 0 for every scale below 0.5), not its f32 bit "
+                "pattern",
+                "V2-LAYOUT",
+                lambda s: _as_u32_bits(np.floor(s + F32(0.5))),
+            ),
         }
+
+
+_INTEGER_FORMS = (":uint32-value", ":uint32-rounded")
+
+
+def _written_scales(record: ScaledRecord) -> np.ndarray:
+    """The record's scale array as written, each as its u32 bits."""
+    return np.frombuffer(record.got_scale_bytes, dtype="<u4").reshape(record.lead)
+
+
+def _as_u32_bits(whole: np.ndarray) -> np.ndarray:
+    """Whole numbers written as u32 integers, as the f32 array whose bytes those are (an
+    integer form compared like the float ones); beyond a u32's range, no such form."""
+    if not (np.isfinite(whole).all() and (whole >= 0).all() and (whole < 2**32).all()):
+        return np.full(whole.shape, np.nan, dtype=F32)  # no integer: written bytes never NaN-ish
+    return whole.astype(np.uint32).view(F32)
 
 
 def form_causes(records: Sequence[ScaledRecord]) -> list[Cause]:
@@ -164,7 +195,15 @@ def form_causes(records: Sequence[ScaledRecord]) -> list[Cause]:
     if not differing:
         return []
     causes = []
+    # A slab of zeros' 1.0 written as the integer 1 is the bits of the least f32 subnormal, a
+    # floor's clamp too (v2-scale-floor, tried later): only a slab with values tells them apart.
+    zeros_alone = all(
+        (r.due_scales == 1)[_written_scales(r) != r.due_scales.view(np.uint32)].all()
+        for r in differing
+    )
     for cause_id, (title, req, transform) in _forms().items():
+        if zeros_alone and cause_id.endswith(_INTEGER_FORMS):
+            continue
         with np.errstate(all="ignore"):
             fits = all(
                 transform(r.due_scales).astype("<f4").tobytes() == r.got_scale_bytes
