@@ -244,9 +244,7 @@ def _analyse(
         return causes, set(evidence.reqs), ""
     if isinstance(evidence, PoolHistoryEvidence):
         answers = registry_answers(implementation, evidence.geometry) if implementation else None
-        # the probe's written blocks: both found, or neither (else it tells nothing here)
-        registered = None if answers is None or len(set(answers[:2])) != 1 else answers[0]
-        causes = history_causes(evidence, registered)
+        causes = history_causes(evidence, answers.writes_registered if answers else None)
         if evidence.fault:  # a write that faulted: blamed on what the case cites, unnamed
             return causes, set(), FAULT
         return causes, {"POOL-REFS", "POOL-FIND"}, ""
