@@ -241,6 +241,33 @@ def test_an_overwriting_insertion_is_not_named_a_write_registering_nothing() -> 
     assert attribute(written, ["POOL-FIND"], adapter).cause is None
 
 
+def _write_missed(adapter: Adapter, registered: list[int], missed: int):
+    evidence = KnownMistake(
+        "write-not-registered",
+        "written blocks stored but their hashes not registered",
+        ("POOL-FIND",),
+        registry_probe=GEOMETRY,
+        registered=(tuple(registered), missed),
+    )
+    return attribute(evidence, ["POOL-FIND"], adapter)
+
+
+def test_a_written_hash_missed_is_named_by_which_of_a_pair_find_misses() -> None:
+    # 0x11 then 0x29 (home slot 1 both) written in a new pool: an overwriting insertion loses
+    # 0x11, a lookup reading the home slot alone misses 0x29; 0x3a (slot 2) misses nothing
+    found = _write_missed(_Table(insert="overwrite"), COLLIDING, 0x11)
+    assert found.cause.id == "registry-misses:earlier-registered"
+    assert found.blamed == ("POOL-FIND",)
+    assert "registered after it" in found.cause.evidence
+    found = _write_missed(_Table(lookup="home"), COLLIDING, 0x29)
+    assert found.cause.id == "registry-misses:later-registered"
+    # a registry that works finds every pair: the case's miss is not the registry's order
+    assert _write_missed(_Table(), COLLIDING, 0x29).cause is None
+    # the pairs contradict the case: an overwriting insertion cannot lose 0x29, registered
+    # after 0x11
+    assert _write_missed(_Table(insert="overwrite"), COLLIDING, 0x29).cause is None
+
+
 # cases/pool.yaml's write-enomem, as a pool whose search for a free block starts above the last
 # block handed out answers it: the write after a's release runs off the pool's end.
 WRITE_ENOMEM = (

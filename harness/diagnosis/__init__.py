@@ -43,7 +43,12 @@ from ._faults import fault_title, own_fault_cause, valid_input_fault_cause
 from ._hash_signatures import hash_causes
 from ._layout import record_stride_causes, swapped_field_causes
 from ._orders import permutation_causes
-from ._pool_models import history_causes, registry_order_causes, write_rule_causes
+from ._pool_models import (
+    history_causes,
+    registry_order_causes,
+    registry_pair_causes,
+    write_rule_causes,
+)
 from ._probe import probe_chunk_crc, probe_reader, registry_answers, registry_probe_fits
 from ._refusals import (
     envelope_properties,
@@ -218,6 +223,12 @@ def _analyse(
             if evidence.imported is not None and (
                 found := registry_order_causes(
                     implementation, evidence.registry_probe, *evidence.imported
+                )
+            ):
+                return found, {"POOL-FIND"}, ""
+            if evidence.registered is not None and (
+                found := registry_pair_causes(
+                    implementation, evidence.registry_probe, *evidence.registered
                 )
             ):
                 return found, {"POOL-FIND"}, ""

@@ -106,26 +106,35 @@ def registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> Regi
     return known[geometry]
 
 
-def _registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> RegistryAnswers | None:
+def found_after(
+    implementation: Adapter,
+    geometry: oracle.Geometry,
+    written: Sequence[int],
+    imported: Sequence[int],
+) -> list[bool]:
+    """Whether find answers each block (the written, then the imported) after full blocks of
+    zeros of the hashes `written` are written, then `imported` imported in one envelope, in a
+    new pool of `geometry` with room for them (`Adapter.probe_find_after`). Raises as it does."""
     zeros = np.zeros(geometry.values_shape, np.float32)
     full = geometry.block_tokens
+    version = min(implementation.info().read_versions, default=1)
+    envelope = oracle.encode(geometry, [oracle.Block(h, full, zeros) for h in imported], version)
+    return implementation.probe_find_after(
+        geometry, [(h, full, zeros) for h in written], envelope, imported
+    )
 
-    def found_after(written: Sequence[int], imported: Sequence[int]) -> list[bool]:
-        envelope = oracle.encode(
-            geometry, [oracle.Block(h, full, zeros) for h in imported], version
-        )
-        return implementation.probe_find_after(
-            geometry, [(h, full, zeros) for h in written], envelope, imported
-        )
 
+def _registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> RegistryAnswers | None:
     try:
-        version = min(implementation.info().read_versions, default=1)
-        sets = tuple(tuple(found_after(written, imported)) for written, imported in _HASH_SETS)
+        sets = tuple(
+            tuple(found_after(implementation, geometry, written, imported))
+            for written, imported in _HASH_SETS
+        )
         # each hashed block alone with one of hash 0 (a full block registers nothing without
         # a hash): the import is then never empty
         (written, _), (imported, _) = _HASH_SETS[0]
-        written_alone = found_after([written], [0])[0]
-        imported_alone = found_after([0], [imported])[1]
+        written_alone = found_after(implementation, geometry, [written], [0])[0]
+        imported_alone = found_after(implementation, geometry, [0], [imported])[1]
     except (ImplementationFault, NotObservable, Refused):
         return None
     return RegistryAnswers(sets, written_alone, imported_alone)
