@@ -176,6 +176,9 @@ class KnownMistake:
     # Where find refused an imported hash: the envelope imported and that hash, so that the
     # diagnosis imports it again in other orders (which of two hashes find misses).
     imported: tuple[bytes, int] | None = None
+    # Where find refused a written hash: the hashes the case's pool registered, in that order,
+    # and that hash, so that the diagnosis writes it again with each of them in either order.
+    registered: tuple[tuple[int, ...], int] | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -147,9 +147,9 @@ class _Table(Adapter):
     writes it: `lookup` "home" reads only the home slot (insertion probes on), `insert`
     "overwrite" puts a hash in its home slot whatever is there (lookup probes on)."""
 
-    def __init__(self, lookup: str = "probe", insert: str = "probe") -> None:
+    def __init__(self, lookup: str = "probe", insert: str = "probe", home=lambda h: h & 7) -> None:
         super().__init__("table")
-        self.lookup, self.insert = lookup, insert
+        self.lookup, self.insert, self.home = lookup, insert, home
 
     info = _Pooled.info
     block_hash = _Pooled.block_hash
@@ -161,14 +161,14 @@ class _Table(Adapter):
         for h in hashes:
             if not h:
                 continue
-            slot = h & 7
+            slot = self.home(h)
             if self.insert == "probe":
                 while table[slot] is not None:
                     slot = (slot + 1) & 7
             table[slot] = h
         found = []
         for h in hashes:
-            slot = h & 7
+            slot = self.home(h)
             while table[slot] is not None and table[slot] != h and self.lookup == "probe":
                 slot = (slot + 1) & 7
             found.append(bool(h) and table[slot] == h)
@@ -212,6 +212,60 @@ def test_a_hash_missed_in_a_new_pool_too_whatever_the_order_names_no_order() -> 
     assert _import_missed(_Table(), COLLIDING, 0x29).cause is None
     # three hashes in one slot: two missed, no pair to name
     assert _import_missed(_Table(lookup="home"), [0x11, 0x29, 0x31], 0x29).cause is None
+
+
+def _reference_home(h: int) -> int:
+    """The reference's home slot (tl_kv_ref.c, reg_home) in its 8-slot table of a 4-block pool."""
+    h ^= h >> 33
+    h = h * 0xFF51AFD7ED558CCD % 2**64
+    h ^= h >> 33
+    return h & 7
+
+
+def test_an_overwriting_insertion_is_not_named_a_write_registering_nothing() -> None:
+    # The registry probe's first set shares one home slot in the reference's table: 0x1111,
+    # 0x8000000000002222 and 0x3333 all map to slot 1 (worked with tl_kv_ref.c's mix), so an
+    # insertion overwriting it loses both writes and answers as writes registering nothing.
+    adapter = _Table(insert="overwrite", home=_reference_home)
+    probe = adapter.probe_find_after(
+        GEOMETRY, [(0x1111, 4, None), (2**63 + 0x2222, 4, None)], b"", [0x3333, 2**63 + 0x4444]
+    )
+    assert probe == [False, False, True, True]
+    # A block written alone is found, and another set of hashes answers otherwise: not named.
+    written = KnownMistake(
+        "write-not-registered",
+        "written blocks stored but their hashes not registered",
+        ("POOL-FIND",),
+        registry_probe=GEOMETRY,
+    )
+    assert attribute(written, ["POOL-FIND"], adapter).cause is None
+
+
+def _write_missed(adapter: Adapter, registered: list[int], missed: int):
+    evidence = KnownMistake(
+        "write-not-registered",
+        "written blocks stored but their hashes not registered",
+        ("POOL-FIND",),
+        registry_probe=GEOMETRY,
+        registered=(tuple(registered), missed),
+    )
+    return attribute(evidence, ["POOL-FIND"], adapter)
+
+
+def test_a_written_hash_missed_is_named_by_which_of_a_pair_find_misses() -> None:
+    # 0x11 then 0x29 (home slot 1 both) written in a new pool: an overwriting insertion loses
+    # 0x11, a lookup reading the home slot alone misses 0x29; 0x3a (slot 2) misses nothing
+    found = _write_missed(_Table(insert="overwrite"), COLLIDING, 0x11)
+    assert found.cause.id == "registry-misses:earlier-registered"
+    assert found.blamed == ("POOL-FIND",)
+    assert "registered after it" in found.cause.evidence
+    found = _write_missed(_Table(lookup="home"), COLLIDING, 0x29)
+    assert found.cause.id == "registry-misses:later-registered"
+    # a registry that works finds every pair: the case's miss is not the registry's order
+    assert _write_missed(_Table(), COLLIDING, 0x29).cause is None
+    # the pairs contradict the case: an overwriting insertion cannot lose 0x29, registered
+    # after 0x11
+    assert _write_missed(_Table(insert="overwrite"), COLLIDING, 0x29).cause is None
 
 
 # cases/pool.yaml's write-enomem, as a pool whose search for a free block starts above the last

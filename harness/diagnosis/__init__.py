@@ -43,7 +43,12 @@ from ._faults import fault_title, own_fault_cause, valid_input_fault_cause
 from ._hash_signatures import hash_causes
 from ._layout import record_stride_causes, swapped_field_causes
 from ._orders import permutation_causes
-from ._pool_models import history_causes, registry_order_causes, write_rule_causes
+from ._pool_models import (
+    history_causes,
+    registry_order_causes,
+    registry_pair_causes,
+    write_rule_causes,
+)
 from ._probe import probe_chunk_crc, probe_reader, registry_answers, registry_probe_fits
 from ._refusals import (
     envelope_properties,
@@ -221,6 +226,12 @@ def _analyse(
                 )
             ):
                 return found, {"POOL-FIND"}, ""
+            if evidence.registered is not None and (
+                found := registry_pair_causes(
+                    implementation, evidence.registry_probe, *evidence.registered
+                )
+            ):
+                return found, {"POOL-FIND"}, ""
             return [], set(evidence.reqs), ""
         cause = Cause(
             evidence.cause,
@@ -244,9 +255,7 @@ def _analyse(
         return causes, set(evidence.reqs), ""
     if isinstance(evidence, PoolHistoryEvidence):
         answers = registry_answers(implementation, evidence.geometry) if implementation else None
-        # the probe's written blocks: both found, or neither (else it tells nothing here)
-        registered = None if answers is None or len(set(answers[:2])) != 1 else answers[0]
-        causes = history_causes(evidence, registered)
+        causes = history_causes(evidence, answers.writes_registered if answers else None)
         if evidence.fault:  # a write that faulted: blamed on what the case cites, unnamed
             return causes, set(), FAULT
         return causes, {"POOL-REFS", "POOL-FIND"}, ""

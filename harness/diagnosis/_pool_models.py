@@ -12,7 +12,8 @@ reproduces every answer the evidence holds (the parameter in the cause's id and 
 - *The registry's order* (an imported hash find refuses, where the registry probe finds every
   block): the import made again in new pools, as it was, reversed, and the missed record alone,
   shows which of two hashes sharing a place in the registry find misses, the later or the
-  earlier registered (`registry_order_causes`).
+  earlier registered (`registry_order_causes`); a written hash find refuses, written again
+  with each other hash of the case's pool in either order (`registry_pair_causes`).
 - *A pool's history* (a find refused for a block still held, a write that faults): the case's
   steps, with their answers, replayed on small models of the pool's bookkeeping (`MODELS`):
   writes registering their hash or not; the hash removed at the last release (due), at any
@@ -35,6 +36,7 @@ from ..errors import ImplementationFault, NotObservable, Refused
 from ..evidence import PoolHistoryEvidence, PoolStep
 from ._causes import VALID_REFUSED, Cause
 from ._faults import fault_title
+from ._probe import found_after
 from ._signatures import one_of
 
 # -- the write's rule ---------------------------------------------------------------------------
@@ -382,3 +384,48 @@ def _missed(
     hashes = [r.block_hash for r in records]
     found = implementation.probe_find_after(geometry, [], data, hashes)
     return [h for h, hit in zip(hashes, found, strict=True) if h and not hit]
+
+
+def registry_pair_causes(
+    implementation: Adapter | None,
+    geometry: oracle.Geometry,
+    registered: Sequence[int],
+    missed: int,
+) -> list[Cause]:
+    """Which hash of a colliding pair find misses (REGISTRY_LOSES), where find refused a
+    written hash `missed` among the hashes the case's pool `registered` (in that order): `missed`
+    written alone into a new pool (found), then with each other hash, in the case's order (find
+    must miss `missed` alone) and reversed (find must miss the other alone). Every pair that fits
+    must agree on which of the two is missed, the one registered later or earlier in the case;
+    the claim is what the pairs show, whatever the registry's size and hash."""
+    if implementation is None or missed not in registered:
+        return []
+    later: set[bool] = set()  # for each pair that fits: whether the other came later
+    try:
+        if found_after(implementation, geometry, [missed], [0])[0] is not True:
+            return []
+        for other in registered:
+            if other in (0, missed):
+                continue
+            first = registered.index(other) < registered.index(missed)
+            pair = [other, missed] if first else [missed, other]
+            forward = found_after(implementation, geometry, pair, [0])[:2]
+            backward = found_after(implementation, geometry, pair[::-1], [0])[:2]
+            if forward == [first, not first] and backward == [first, not first]:
+                later.add(not first)
+    except (ImplementationFault, NotObservable, Refused):
+        return []
+    if len(later) != 1:
+        return []
+    variant = "earlier-registered" if later.pop() else "later-registered"
+    return [
+        Cause(
+            "registry-misses:" + variant,
+            REGISTRY_LOSES[variant],
+            ("POOL-FIND",),
+            f"written alone into a new pool, {missed:#x} is found; written with another hash "
+            f"the case registered {'after' if variant == 'earlier-registered' else 'before'} "
+            "it, in the case's order, find misses it alone, and in the other order the other "
+            "hash alone",
+        )
+    ]

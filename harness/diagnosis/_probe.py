@@ -8,6 +8,8 @@ failed already)."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,9 +30,19 @@ from ._crc_tables import table_found_in_reader, table_resealed
 
 # The registry probe's blocks: two written, then two imported, all full, in four different
 # slots (so that a find missing one block id answers a mix), each pair with a hash below 2^63
-# and one above (so that a hash read as signed answers a mix too).
-_WRITTEN_HASHES = (0x1111, 0x8000_0000_0000_2222)
-_IMPORTED_HASHES = (0x3333, 0x8000_0000_0000_4444)
+# and one above (so that a hash read as signed answers a mix too). Any four fixed hashes share
+# a slot in some engine's table (these do in the reference's 8-slot table of a 4-block pool),
+# where a registry losing one of two colliding hashes answers as one losing every write or
+# every import: a claim must hold for a second set too, its low bits unlike the first's and
+# each other's (an identity table of up to 16 slots holds each in its own slot), and for one
+# block written, then one imported, alone in a new pool, where no two hashes can collide.
+_HASH_SETS = (
+    ((0x1111, 0x8000_0000_0000_2222), (0x3333, 0x8000_0000_0000_4444)),
+    (
+        (0x5A3C_96E1_0F2D_4B88, 0xC3E1_5A97_2B4D_8F6D),
+        (0x2D4B_87F0_E1C3_A566, 0x96E1_0F2D_4B87_A5CF),
+    ),
+)
 # What find answers for each of them (written ones first) where a refused find is explained by
 # the cause: the imports register nothing, the writes register nothing, or (a find refused for
 # a hash another pool registered) find works in one pool.
@@ -39,7 +51,34 @@ REGISTRY_FITS = {
     "write-not-registered": [False, False, True, True],
     "registry-shared-between-pools": [True, True, True, True],
 }
-_probed: weakref.WeakKeyDictionary[Adapter, dict[oracle.Geometry, list[bool] | None]] = (
+
+
+@dataclass(frozen=True)
+class RegistryAnswers:
+    """The registry probe's answers: for each hash set, whether find answers each block (two
+    written, then two imported, in one new pool); and whether find answers one hashed block
+    written alone, and one imported alone, each in a new pool (with one block of hash 0 beside
+    it, which registers nothing)."""
+
+    sets: tuple[tuple[bool, ...], ...]
+    written_alone: bool
+    imported_alone: bool
+
+    def fits(self, cause_id: str) -> bool:
+        """Whether every answer is the one `cause_id` (REGISTRY_FITS) gives."""
+        due = tuple(REGISTRY_FITS[cause_id])
+        alone = (self.written_alone, self.imported_alone)
+        return all(found == due for found in self.sets) and alone == (due[0], due[2])
+
+    @property
+    def writes_registered(self) -> bool | None:
+        """Whether find answers every written block (True), none (False), or some (None: a mix
+        tells nothing about writes as such)."""
+        written = {*(found[i] for found in self.sets for i in (0, 1)), self.written_alone}
+        return written.pop() if len(written) == 1 else None
+
+
+_probed: weakref.WeakKeyDictionary[Adapter, dict[oracle.Geometry, RegistryAnswers | None]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -47,37 +86,58 @@ _probed: weakref.WeakKeyDictionary[Adapter, dict[oracle.Geometry, list[bool] | N
 def registry_probe_fits(
     implementation: Adapter | None, geometry: oracle.Geometry, cause_id: str
 ) -> bool:
-    """Whether `implementation`'s registry answers, in a new pool of `geometry`, as the cause
-    `cause_id` (REGISTRY_FITS) says it does (`Adapter.probe_find_after`). False where the probe
-    cannot tell (no way in to probe, a fault, a refusal): a find refused for a hash does not
-    show, alone, which of the writes, the imports or find itself is wrong (find may miss that
-    one hash or that one block)."""
+    """Whether `implementation`'s registry answers, in new pools of `geometry`, as the cause
+    `cause_id` (REGISTRY_FITS) says it does (`Adapter.probe_find_after`), for both hash sets
+    and for a block alone. False where the probe cannot tell (no way in to probe, a fault, a
+    refusal): a find refused for a hash does not show, alone, which of the writes, the imports
+    or find itself is wrong (find may miss that one hash or that one block)."""
     if implementation is None or cause_id not in REGISTRY_FITS:
         return False
-    return registry_answers(implementation, geometry) == REGISTRY_FITS[cause_id]
+    answers = registry_answers(implementation, geometry)
+    return answers is not None and answers.fits(cause_id)
 
 
-def registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> list[bool] | None:
-    """The registry probe's answers (two blocks written, then two imported: whether find
-    answers each), probed once per implementation and geometry; None where it cannot tell."""
+def registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> RegistryAnswers | None:
+    """The registry probe's answers (RegistryAnswers), probed once per implementation and
+    geometry; None where it cannot tell."""
     known = _probed.setdefault(implementation, {})
     if geometry not in known:
         known[geometry] = _registry_answers(implementation, geometry)
     return known[geometry]
 
 
-def _registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> list[bool] | None:
+def found_after(
+    implementation: Adapter,
+    geometry: oracle.Geometry,
+    written: Sequence[int],
+    imported: Sequence[int],
+) -> list[bool]:
+    """Whether find answers each block (the written, then the imported) after full blocks of
+    zeros of the hashes `written` are written, then `imported` imported in one envelope, in a
+    new pool of `geometry` with room for them (`Adapter.probe_find_after`). Raises as it does."""
     zeros = np.zeros(geometry.values_shape, np.float32)
     full = geometry.block_tokens
-    imported = [oracle.Block(h, full, zeros) for h in _IMPORTED_HASHES]
+    version = min(implementation.info().read_versions, default=1)
+    envelope = oracle.encode(geometry, [oracle.Block(h, full, zeros) for h in imported], version)
+    return implementation.probe_find_after(
+        geometry, [(h, full, zeros) for h in written], envelope, imported
+    )
+
+
+def _registry_answers(implementation: Adapter, geometry: oracle.Geometry) -> RegistryAnswers | None:
     try:
-        version = min(implementation.info().read_versions, default=1)
-        envelope = oracle.encode(geometry, imported, version)
-        return implementation.probe_find_after(
-            geometry, [(h, full, zeros) for h in _WRITTEN_HASHES], envelope, _IMPORTED_HASHES
+        sets = tuple(
+            tuple(found_after(implementation, geometry, written, imported))
+            for written, imported in _HASH_SETS
         )
+        # each hashed block alone with one of hash 0 (a full block registers nothing without
+        # a hash): the import is then never empty
+        (written, _), (imported, _) = _HASH_SETS[0]
+        written_alone = found_after(implementation, geometry, [written], [0])[0]
+        imported_alone = found_after(implementation, geometry, [0], [imported])[1]
     except (ImplementationFault, NotObservable, Refused):
         return None
+    return RegistryAnswers(sets, written_alone, imported_alone)
 
 
 # What each implementation's pool read back for the values the store probe wrote, by geometry

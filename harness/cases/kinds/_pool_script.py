@@ -305,6 +305,9 @@ class PoolScript:
                     f"{'import' if imported else 'write'}",
                     yields_to=NOT_HELD,
                     registry_probe=self.pool.geometry,
+                    registered=None
+                    if imported
+                    else (tuple(self.hashes.get(self.in_use, {})), block_hash),
                 ),
             ) from None
         if found != self.block(expect):
