@@ -226,16 +226,21 @@ def shared_once(tmp_path_factory: Any, name: str, compute: Callable[[], Any]) ->
     return json.loads(result.read_text(encoding="utf-8"))
 
 
-def patched_copy(source: Path, replacements: list[tuple[str, str]], out: Path) -> Path:
-    """Write `source` with each (old, new) replaced exactly once to `out`; a replacement that
-    does not apply is an error, so a patch cannot silently stop planting its bug."""
+def patched_text(source: Path, replacements: list[tuple[str, str]]) -> str:
+    """`source`'s text with each (old, new) replaced exactly once; a replacement that does not
+    apply is an error, so a patch cannot silently stop planting its bug."""
     text = source.read_text(encoding="utf-8")
     for old, new in replacements:
         count = text.count(old)
         if count != 1:
             raise AssertionError(f"{source.name}: {old!r} occurs {count} times, expected once")
         text = text.replace(old, new)
-    out.write_text(text, encoding="utf-8")
+    return text
+
+
+def patched_copy(source: Path, replacements: list[tuple[str, str]], out: Path) -> Path:
+    """Write `source` patched (patched_text) to `out`."""
+    out.write_text(patched_text(source, replacements), encoding="utf-8")
     return out
 
 

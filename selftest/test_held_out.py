@@ -21,6 +21,7 @@ from tlkv_conformance.requirements import requirements
 from selftest.mutation import (
     CATALOGUE,
     HELD_OUT,
+    TARGETS,
     VERDICTS,
     Mutant,
     held_out_verdict,
@@ -29,7 +30,7 @@ from selftest.mutation import (
     verdict_figures,
     verdict_of,
 )
-from selftest.support import ROOT
+from selftest.support import ROOT, patched_text
 
 HELD = load_catalogue(HELD_OUT)
 MEASURED = ROOT / "docs" / "held-out.md"
@@ -49,10 +50,21 @@ def test_held_out_is_apart_from_the_catalogue() -> None:
     tuned = {replacement for m in catalogue for replacement in m.patch}
     shared = {m.id for m in HELD if set(m.patch) & tuned}
     assert not shared, f"patches copied from the catalogue: {sorted(shared)}"
+    # The same mistake written with more or less of its line quoted is the same mistake: the
+    # patched sources are compared, not the patches' text.
+    planted = {_planted_source(m): m.id for m in catalogue}
+    same = {m.id: planted[key] for m in HELD if (key := _planted_source(m)) in planted}
+    assert not same, f"held-out mistakes that are the catalogue's: {same}"
     for mutant in HELD:
         assert not mutant.cause, mutant.id
         assert not mutant.diagnosis_gap, mutant.id
         assert not mutant.blame_gap, mutant.id
+
+
+def _planted_source(mutant: Mutant) -> tuple[str, str]:
+    """The file a mutant patches and its text once patched."""
+    source = ROOT / "reference" / mutant.file if mutant.file else TARGETS[mutant.target]
+    return str(source), patched_text(source, list(mutant.patch))
 
 
 def test_held_out_covers_the_families() -> None:
