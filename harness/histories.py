@@ -19,6 +19,7 @@ from .cases.kinds import (
     Prompt,
     TransferCase,
     draw_prompt,
+    pull_index_asked,
     pull_order_asked,
     shuffled_order,
 )
@@ -272,6 +273,12 @@ def transfer_steps(case: TransferCase, prompt: Prompt) -> list[dict[str, Any]]:
         steps.append(
             {"op": "pull", "hashes": asked, "kv_format": 1, "expect": {"block_hashes": asked}}
         )
+    if "pull_index" in case.checks:
+        asked = [hash_hex(h) for h in pull_index_asked(full)]
+        steps.append(
+            {"op": "pull", "hashes": asked, "kv_format": 1,
+             "expect": {"indexes": list(range(len(asked)))}}
+        )  # fmt: skip
     return steps
 
 
@@ -280,7 +287,7 @@ def transfer_history(case: TransferCase, source: str, geometry: Geometry) -> dic
     prompt = draw_prompt(geometry, case.version, case.full_blocks, case.tail, case.values, salt)
     needs = sorted(
         {"GetInfo" for check in case.checks if check == "free_blocks"}
-        | {"PullKv" for check in case.checks if check in ("content", "pull_order")}
+        | {"PullKv" for check in case.checks if check in ("content", "pull_order", "pull_index")}
     )
     return {
         **common_fields(case, source),

@@ -260,6 +260,11 @@ PLANTED_IN_SERVER = {
         "has_blocks",
         "SHOULD",
     ),
+    "xfer-pull-index-block-id": (
+        "cases/transfer.yaml::pull-numbers-chunks-by-request",
+        "pull",
+        "SHOULD",
+    ),
 }
 
 

@@ -146,6 +146,11 @@ def _pull(server: Server, step: dict[str, Any], _mark: list[int]) -> None:
             raise StepFailed(
                 f"blocks streamed in the order {got}, expected {expect['block_hashes']}"
             )
+    if "indexes" in expect:
+        index_of = {c.block_hash: c.index for c in chunks}
+        got_indexes = [index_of.get(asked) for asked in _hashes(step)]
+        if got_indexes != expect["indexes"]:
+            raise StepFailed(f"chunks numbered {got_indexes}, expected {expect['indexes']}")
     if "payloads_hex" in expect:
         by_hash = {c.block_hash: c.payload.hex() for c in chunks}
         wanted = zip(_hashes(step), expect["payloads_hex"], strict=True)

@@ -9,6 +9,7 @@ from ._prefill import (
     Prompt,
     count_mistake,
     draw_prompt,
+    pull_index_asked,
     pull_order_asked,
     shuffled_order,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "count_mistake",
     "draw_prompt",
     "needs",
+    "pull_index_asked",
     "pull_order_asked",
     "shuffled_order",
 ]

@@ -178,6 +178,26 @@ class PrefillRun:
                 ),
             )
 
+    def expect_pull_index(self) -> None:
+        """Each chunk of a PullKv stream has its position in the request as its index, whatever
+        the block's position in the prompt or its id in the pool (XFER-PULL-ORDER, SHOULD)."""
+        asked = pull_index_asked(self.prompt.full_hashes)
+        chunks = self.transfer.pull(asked, 1)
+        indexes = [chunk.index for chunk in chunks]
+        if indexes != list(range(len(asked))):
+            raise CaseFailure(
+                "PullKv of "
+                + ", ".join(f"{h:#018x}" for h in asked)
+                + " numbered their chunks "
+                + ", ".join(map(str, indexes))
+                + f"; expected 0 to {len(asked) - 1}, each chunk's position in the request",
+                KnownMistake(
+                    "pull-index",
+                    "PullKv numbers its chunks otherwise than by their positions in the request",
+                    ("XFER-PULL-ORDER",),
+                ),
+            )
+
     def compare_content(self) -> None:
         hashes = self.prompt.full_hashes
         chunks = self.transfer.pull(hashes, 1)
@@ -214,6 +234,12 @@ def shuffled_order(count: int) -> list[int]:
 def pull_order_asked(hashes: Sequence[int]) -> list[int]:
     """The order the PullKv-order case asks for the blocks in: rotated, then reversed."""
     return list(reversed([*hashes[1:], *hashes[:1]] if len(hashes) > 1 else hashes))
+
+
+def pull_index_asked(hashes: Sequence[int]) -> list[int]:
+    """The blocks the PullKv-index case asks for: all but the first, in reverse, so that no
+    block's position in the request is its position in the prompt (with three or more)."""
+    return list(reversed(hashes[1:])) if len(hashes) > 1 else list(hashes)
 
 
 def count_mistake(

@@ -192,7 +192,7 @@ class TransferCase(Case):
         transfer = testee.adapter.transfer
         assert transfer is not None  # skip_reason skips the testees without one
         geometry = self.geometry or transfer.geometry
-        if self.checks & {"content", "pull_order"} and not transfer.has_pull:
+        if self.checks & {"content", "pull_order", "pull_index"} and not transfer.has_pull:
             raise NotObservable("this case compares content; the server does not offer PullKv")
         if "free_blocks" in self.checks and not transfer.has_info:
             raise NotObservable("this case counts free blocks; the server does not offer GetInfo")
@@ -247,6 +247,8 @@ class TransferCase(Case):
             run.compare_content()
         if "pull_order" in self.checks:
             run.expect_pull_order()
+        if "pull_index" in self.checks:
+            run.expect_pull_index()
 
     def _tampered(self, chunks: list[Chunk], prompt: Prompt) -> list[Chunk]:
         tamper = self.tamper
