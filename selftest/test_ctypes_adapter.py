@@ -30,7 +30,7 @@ from tlkv_conformance.adapters._ctypes_adapter import (
 from tlkv_conformance.adapters._ffi import LibrarySession
 from tlkv_conformance.adapters._worker import SHARED_MIN, SharedBuffer
 from tlkv_conformance.adapters._worker_channel import WorkerChannel, sanitizer_report
-from tlkv_conformance.errors import ImplementationFault, Refused, SuiteUsageError
+from tlkv_conformance.errors import ImplementationFault, Quarantined, Refused, SuiteUsageError
 
 from selftest.support import DIRECTED_CASES, FAULTY_CASES, outcomes_by_case, patched_copy
 
@@ -225,6 +225,20 @@ def test_a_batch_answers_each_call_as_alone_and_ends_at_its_fault(faulty_library
         assert isinstance(answers[3], ImplementationFault)
         assert re.search(fault, str(answers[3])), answers[3]
         assert channel.generation == 1  # the worker is gone with its pools
+        if kind == "hang":  # hung twice, an operation is not called again: not made, said so
+            for hangs in (2, 3):
+                pool = channel.call("pool_create", (2, 1, 1, 2), 4)
+                later = channel.batch(
+                    [
+                        ("free_blocks", (pool,)),
+                        ("import_envelope", (pool, crash, 4)),
+                        ("free_blocks", (pool,)),
+                    ]
+                )
+                assert len(later) == 2, later
+                assert later[0] == 4
+                assert isinstance(later[1], Quarantined) == (hangs == 3), later
+            assert channel.generation == 2  # the third batch made no call that could hang
     finally:
         channel.close()
 

@@ -230,17 +230,18 @@ class WorkerChannel:
         what each answered, or the exception it raised (Refused, or a fault). The list ends
         at the first fault (the calls after it are not made), so it may be shorter."""
         planned: list[tuple[str, str, int | None, float]] = []
-        answers: list[Any] = []
+        quarantined: ImplementationFault | None = None  # the answer of the first call not made
         for op, args in calls:
             size = len(args[_SIZED[op][1]]) if op in _SIZED else None
             try:  # Quarantined if op is not called any more
                 timeout = self._ledger.timeout(op, size)
-            except ImplementationFault as quarantined:
-                answers.append(quarantined)
+            except ImplementationFault as fault:
+                quarantined = fault
                 break
             planned.append((op, self._ledger.where(op), size, timeout))
+        answers: list[Any] = []
         if not planned:
-            return answers
+            return [quarantined] if quarantined is not None else []
         if self._proc is None:
             self._start()
         if len(planned) == 1:
@@ -265,8 +266,8 @@ class WorkerChannel:
                 self._ledger.answered(op, start, size=size)
             answers.append(answer)
             if isinstance(answer, ImplementationFault):
-                break
-        return answers
+                return answers
+        return answers if quarantined is None else [*answers, quarantined]
 
     generation_lost_in_call = False
 
