@@ -218,22 +218,29 @@ class _ValueReader(Adapter):
         return _ValuePool(self, geometry, capacity)
 
 
-class _ValuePool(_TablePool):
-    def __init__(self, reader: _ValueReader, geometry: oracle.Geometry, capacity: int) -> None:
-        PoolHandle.__init__(self, geometry, capacity)
-        self.values_reader = reader
+class _RecordCheckPool(_TablePool):
+    """A reader refusing with EFORMAT whatever the oracle rejects, and with `refusal(record)`
+    each record it checks more than the format asks."""
+
+    def refusal(self, record: oracle.Record) -> str | None:
+        raise NotImplementedError
 
     def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
-        self.values_reader.imports += 1
+        self.reader.imports += 1
         try:
             records = oracle.decode(data).records
         except oracle.Rejected:
             raise Refused("EFORMAT", "import") from None
         for record in records:
-            filled = record.decoded.values[..., : record.n_tokens, :]
-            if any(self.values_reader.refuses(float(v)) for v in filled.ravel()):
-                raise Refused("EFORMAT", "import")
+            if (code := self.refusal(record)) is not None:
+                raise Refused(code, "import")
         return [0]
+
+
+class _ValuePool(_RecordCheckPool):
+    def refusal(self, record: oracle.Record) -> str | None:
+        filled = record.decoded.values[..., : record.n_tokens, :]
+        return "EFORMAT" if any(self.reader.refuses(float(v)) for v in filled.ravel()) else None
 
 
 def _with(version: int, special: float) -> bytes:
@@ -327,22 +334,14 @@ def test_a_hasblocks_that_fails_is_its_own_fault_whoever_called_it() -> None:
 # -- a valid envelope refused for a block hash of 2^63 or more ------------------------------------
 
 
-class _SignedHashPool(_TablePool):
+class _SignedHashPool(_RecordCheckPool):
     """A reader comparing each record's hash as a signed 64-bit integer with an unsigned copy
     of it (as a server does against a chunk's fixed64 field): refuses every hash of 2^63 or
     more with DATA_LOSS; and whatever the oracle rejects with EFORMAT."""
 
-    def import_envelope(self, data: bytes, max_blocks: int) -> list[int]:
-        self.reader.imports += 1
-        try:
-            records = oracle.decode(data).records
-        except oracle.Rejected:
-            raise Refused("EFORMAT", "import") from None
-        for record in records:
-            (signed,) = struct.unpack("<q", struct.pack("<Q", record.block_hash))
-            if signed != record.block_hash:
-                raise Refused("DATA_LOSS", "import")
-        return [0]
+    def refusal(self, record: oracle.Record) -> str | None:
+        (signed,) = struct.unpack("<q", struct.pack("<Q", record.block_hash))
+        return "DATA_LOSS" if signed != record.block_hash else None
 
 
 class _SignedHashReader(_TableReader):
