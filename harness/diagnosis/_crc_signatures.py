@@ -158,8 +158,16 @@ class CrcModel:
                     "CRC-32C computed with init 0 instead of 0xFFFFFFFF",
                 )
             )
-        if self.xorout != MASK:
+        if self.xorout == 0:
             out.append(("crc-no-final-xor", "CRC-32C without the final XOR with 0xFFFFFFFF"))
+        elif self.xorout != MASK:
+            out.append(
+                (
+                    f"crc-final-xor:{self.xorout:#010x}",
+                    f"CRC-32C's final XOR with {self.xorout:#010x} "
+                    f"({MISTAKEN_XOROUTS.get(self.xorout, 'another constant')}), not 0xFFFFFFFF",
+                )
+            )
         if self.reversed_result:
             out.append(
                 ("crc-result-bits-reversed", "the CRC's 32 bits reversed before it is written")
@@ -185,6 +193,15 @@ class CrcModel:
 
 
 RIGHT = CrcModel()
+
+
+# A final XOR other than all ones: the constant fitted from the trailer, so only those an engine
+# plausibly writes for 0xFFFFFFFF are tried (a free 32-bit constant would fit any trailer).
+MISTAKEN_XOROUTS = {
+    0x0FFFFFFF: "0xFFFFFFF, a digit dropped",
+    0x7FFFFFFF: "INT32_MAX taken for all ones",
+    0x0000FFFF: "a 16-bit all-ones mask",
+}
 
 
 def _coverage_runs(body: bytes) -> Iterator[tuple[str, int, int]]:
@@ -252,6 +269,10 @@ def models_giving(body: bytes, trailer: bytes) -> list[CrcModel]:
             model = CrcModel(shift, polynomial, init, xorout, reversed_result, byte_order, coverage)
             if model != RIGHT and model.trailer(register) == trailer:
                 found.append(model)
+    right = _registers(body)[(RIGHT.shift, RIGHT.polynomial, RIGHT.init, RIGHT.coverage)]
+    xorout = right ^ int.from_bytes(trailer, "little")
+    if xorout in MISTAKEN_XOROUTS:
+        found.append(replace(RIGHT, xorout=xorout))
     return sorted(found, key=lambda m: (len(m.deviations()), m.cause_id))
 
 
@@ -324,9 +345,10 @@ def resealed_variants(
     envelope: (model, bytes), the model last found for `implementation` first."""
     body, trailer = envelope[: -oracle.CRC_SIZE], envelope[-oracle.CRC_SIZE :]
     last = _last_found.get(implementation) if implementation is not None else None
-    models: Sequence[CrcModel] = (
-        PROBED if last is None else (last, *(m for m in PROBED if m != last))
-    )
+    # The reader's model last found first, then the run's writers' (an engine's reader and
+    # writer call one CRC function), then every single mistake.
+    first = ([last] if last is not None else []) + list(_found_in_writers)
+    models: Sequence[CrcModel] = list(dict.fromkeys([*first, *PROBED]))
     registers = _registers(body) if len(body) <= MAX_RECOMPUTED else {}
     out, first_writing = [], {}
     _coincident.clear()

@@ -229,34 +229,103 @@ def code_causes(
         for cause_id, (title, reqs, codes) in variants.items()
         if (codes == got).all() and (codes != want).any()
     ]
+    tiny = _tiny_slab_causes(scales, want, got, differ)
+    if tiny:
+        return tiny
+    matching += overflow_threshold_causes(q, want, got)
     if matching:
         return named(matching)
-    one_step = e4m3_one_step_causes(want, got)
-    if one_step:
-        return one_step
-    # The NaN of the due code's sign in place of +-448 (0x7E -> 0x7F, 0xFE -> 0xFF): an
-    # overflow test at the top of the range keeps the sign, so a NaN of the other sign is
-    # another mistake (a sign written elsewhere).
-    if ((want[differ] & 0x7F) == 0x7E).all() and (got[differ] == want[differ] | 0x01).all():
-        tiny = scales < np.finfo(F32).tiny
-        if tiny.any() and (differ & ~tiny[..., None, None]).sum() == 0:
-            return [
-                Cause(
-                    "v2-tiny-slab-unclamped",
-                    "a slab whose amax / 448 is an f32 subnormal encoded without clamping "
-                    "(its largest element becomes NaN)",
-                    ("V2-TINY-SLAB",),
-                    f"{int(differ.sum())} NaN codes in slabs with a subnormal scale",
-                )
-            ]
-        return [
-            Cause(
-                "v2-nan-at-the-top",
-                "values due e4m3's largest code 0x7E (448) encoded as NaN: the overflow test "
-                "takes the top of the range for overflow (checked before rounding, or 448 "
-                "itself counted as over)",
-                ("V2-NOSAT",),
-                f"{int(differ.sum())} elements written as NaN (7f/ff) where 7e/fe is due",
-            )
-        ]
-    return []
+    return e4m3_one_step_causes(want, got)
+
+
+def _nan_of_due_sign(want: np.ndarray, got: np.ndarray, differ: np.ndarray) -> bool:
+    """Every differing code is the NaN of its due code's sign, where a finite code is due."""
+    w, g = want[differ], got[differ]
+    return bool(((w & 0x7F) != 0x7F).all() and (g == (w | 0x7F)).all())
+
+
+def _tiny_slab_causes(
+    scales: np.ndarray, want: np.ndarray, got: np.ndarray, differ: np.ndarray
+) -> list[Cause]:
+    """+-448 written as NaN in slabs whose scale is an f32 subnormal, and only there: the
+    quotients not clamped (V2-TINY-SLAB), not an overflow test."""
+    if not _nan_of_due_sign(want, got, differ) or ((want[differ] & 0x7F) != 0x7E).any():
+        return []
+    tiny = scales < np.finfo(F32).tiny
+    if not tiny.any() or (differ & ~tiny[..., None, None]).any():
+        return []
+    return [
+        Cause(
+            "v2-tiny-slab-unclamped",
+            "a slab whose amax / 448 is an f32 subnormal encoded without clamping "
+            "(its largest element becomes NaN)",
+            ("V2-TINY-SLAB",),
+            f"{int(differ.sum())} NaN codes in slabs with a subnormal scale",
+        )
+    ]
+
+
+# Where an e4m3 encoder's overflow test may start, below the format's own (a quotient that
+# rounds past 448, from 464 on): (cause id, title, blamed, whether the threshold fits, given the
+# largest quotient written right and the smallest written NaN). At the top, a slab's amax is
+# what turns NaN (V2-NOSAT); lower, values in the range are converted wrong (V2-E4M3).
+OVERFLOW_THRESHOLDS = (
+    (
+        "v2-nan-at-the-top",
+        "values due e4m3's largest code 0x7E (448) encoded as NaN: the overflow test takes the "
+        "top of the range for overflow (checked before rounding, or 448 itself counted as over)",
+        ("V2-NOSAT",),
+        lambda right, over: right < 432 and over >= 432,
+    ),
+    (
+        "v2-overflow:from-256",
+        "e4m3 quotients from 256 (binary exponent 8) written as NaN: the overflow test takes "
+        "the top exponent field for past the range, as IEEE formats reserve it (e4m3 uses it "
+        "for 256 to 448)",
+        E4M3.reqs,
+        lambda right, over: right < 256 <= over,
+    ),
+    (
+        "v2-overflow:above-240",
+        "e4m3 quotients that round past 240 written as NaN: the encoder's largest value taken "
+        "as 240, IEEE-style e4m3's (the top exponent field reserved), not 448",
+        E4M3.reqs,
+        lambda right, over: right < 248 <= over,
+    ),
+)
+
+
+def overflow_threshold_causes(q: np.ndarray, want: np.ndarray, got: np.ndarray) -> list[Cause]:
+    """An e4m3 encoder whose overflow test starts below the format's: every quotient from
+    some threshold up written as the NaN of its sign, every one below it written right. The
+    threshold is read off the evidence (between the largest quotient written right and the
+    smallest written NaN); it is named by the known mistakes it fits, and said as observed
+    where none does."""
+    differ = want != got
+    if not differ.any() or not _nan_of_due_sign(want, got, differ):
+        return []
+    magnitude = np.abs(q.astype(np.float64))
+    finite_due = (want & 0x7F) != 0x7F
+    over = float(magnitude[differ].min())
+    right = magnitude[~differ & finite_due]
+    below = float(right.max()) if right.size else 0.0
+    if below >= over:
+        return []  # some quotient written right lies above one written NaN: no threshold
+    evidence = (
+        f"{int(differ.sum())} elements written as NaN (7f/ff), every quotient from {over:g} up; "
+        + (f"up to {below:g} written right" if right.size else "none below it in the evidence")
+    )
+    causes = [
+        Cause(cause_id, title, reqs, evidence)
+        for cause_id, title, reqs, fits in OVERFLOW_THRESHOLDS
+        if fits(below, over)
+    ]
+    return causes or [
+        Cause(
+            "v2-overflow:below-448",
+            f"e4m3 quotients from {over:g} up written as NaN: the encoder's overflow test starts "
+            "below the format's 448 (NaN is due only past 464, where 448 is not the nearest)",
+            E4M3.reqs,
+            evidence,
+        )
+    ]

@@ -24,8 +24,73 @@ F32 = np.float32
 # -- the e4m3 decoder's table ----------------------------------------------------------------
 
 
-def _table_variants(codes: np.ndarray) -> dict[str, tuple[str, np.ndarray]]:
-    """The e4m3 values of `codes` as decoders wrong on one class of codes give them."""
+# A decoder that takes a field of the code with the wrong mask or shift (a line copied from the
+# one below, a mask one bit short or long), its NaN test made on the fields it took or on the
+# code itself: (name, title, exponent shift, exponent mask, mantissa mask).
+_FIELD_READS = (
+    (
+        "exponent-mask-0x7",
+        "the e4m3 exponent field read with the mask 0x7 (three bits), not 0xF: the codes of "
+        "magnitude 2 and more read back 2^8 smaller, and the NaN codes as numbers",
+        3,
+        0x7,
+        0x7,
+    ),
+    (
+        "exponent-mask-0x1f",
+        "the e4m3 exponent field read with the mask 0x1F (the sign bit taken into it), not "
+        "0xF: negative codes read back 2^16 larger",
+        3,
+        0x1F,
+        0x7,
+    ),
+    (
+        "exponent-shift-4",
+        "the e4m3 exponent field read from bit 4 (shifted by 4, not 3)",
+        4,
+        0xF,
+        0x7,
+    ),
+    (
+        "mantissa-mask-0xf",
+        "the e4m3 mantissa read with the mask 0xF (four bits, the exponent's low bit taken "
+        "into it), not 0x7",
+        3,
+        0xF,
+        0xF,
+    ),
+    (
+        "mantissa-mask-0x3",
+        "the e4m3 mantissa read with the mask 0x3 (two bits), not 0x7: its top bit dropped",
+        3,
+        0xF,
+        0x3,
+    ),
+)
+
+
+def _fields_decoded(
+    codes: np.ndarray, shift: int, exp_mask: int, man_mask: int, nan_by_code: bool = False
+) -> np.ndarray:
+    """The values of e4m3 `codes` as a decoder taking its fields so gives them: NaN where the
+    fields it took are the NaN's (`nan_by_code`: where the code is S.1111.111), m x 2^-9 for an
+    exponent of 0, else 2^(e-7) x (1 + m/8)."""
+    c = codes.astype(np.int64)
+    exponent = (c >> shift) & exp_mask
+    mantissa = (c & man_mask).astype(np.float64)
+    magnitude = np.where(
+        exponent == 0, mantissa * 2.0**-9, np.ldexp(1 + mantissa / 8, (exponent - 7).astype(int))
+    )
+    signed = np.where(c & 0x80, -magnitude, magnitude)
+    nan = np.copysign(np.nan, np.where(c & 0x80, -1.0, 1.0))
+    with np.errstate(all="ignore"):
+        is_nan = (c & 0x7F) == 0x7F if nan_by_code else (exponent == 0xF) & (mantissa == 7)
+        return np.where(is_nan, nan, signed).astype(F32)
+
+
+def _table_variants(codes: np.ndarray) -> dict[str, tuple[str, tuple[np.ndarray, ...]]]:
+    """The e4m3 values of `codes` as decoders wrong on one class of codes give them (each
+    variant's tables: one, or one per way it may test for NaN)."""
     right = oracle.e4m3_codes_to_f32(codes)
     exponent = (codes.astype(np.int64) >> 3) & 0xF
     mantissa = codes & 0x07
@@ -33,7 +98,7 @@ def _table_variants(codes: np.ndarray) -> dict[str, tuple[str, np.ndarray]]:
     # a NaN of the code's sign, as a decoder applying the sign last gives it
     nan = np.copysign(F32(np.nan), sign).astype(F32)
     inf = (sign * F32(np.inf)).astype(F32)
-    return {
+    tables = {
         "top-exponent-nan": (
             "every e4m3 code of exponent field 1111 decoded as NaN (e4m3 taken for an IEEE-like "
             "format), not only S.1111.111: the magnitudes 256 to 448 read back as NaN",
@@ -55,6 +120,14 @@ def _table_variants(codes: np.ndarray) -> dict[str, tuple[str, np.ndarray]]:
             np.where((exponent >= 1) & (exponent <= 6), inf, right),
         ),
     }
+    fields = {
+        name: (
+            title,
+            tuple(_fields_decoded(codes, *read, nan_by_code=by_code) for by_code in (False, True)),
+        )
+        for name, title, *read in _FIELD_READS
+    }
+    return {**{name: (title, (table,)) for name, (title, table) in tables.items()}, **fields}
 
 
 def decode_table_causes(
@@ -69,10 +142,10 @@ def decode_table_causes(
     if not ((codes > 0x80) & (codes <= 0x87)).any():
         # with -0 alone, an f16 store losing the sign of zero gives the same values
         del variants["subnormal-unsigned"]
-    for name, (title, table) in variants.items():
+    for name, (title, tables) in variants.items():
         with np.errstate(all="ignore"):
-            values = (table * s).astype(F32)
-        if matches(values):
+            fits = any(matches((table * s).astype(F32)) for table in tables)
+        if fits:
             causes.append(
                 Cause(
                     f"e4m3-decode-table:{name}",

@@ -83,7 +83,9 @@ def values_attribution(
         ], reqs
     if not (differ & ~past).any():
         return _past_fill_causes(ev, actual, past, differ, decoded), reqs
-    causes = _nan_causes(expected, actual, differ)
+    causes = _nan_causes(expected, actual, differ) or _fill_boundary_causes(
+        expected, actual, fill, imported=ev.source is not None
+    )
 
     def store_misrounds() -> bool:
         assert ev.source is not None
@@ -164,6 +166,54 @@ def _past_fill_causes(
                 )
             ]
     return []
+
+
+# Where a block's fill may be taken to end, wrongly, in each slab [n_tokens][head_dim]:
+# (name, what it keeps, which values of the slab it zeroes given its positions, its dims and
+# n_tokens).
+_FILL_BOUNDARIES = (
+    (
+        "elements",
+        "only the first n_tokens values of each slab, not n_tokens rows of head_dim (the fill "
+        "counted in elements)",
+        lambda b, d, n, dim: b * dim + d >= n,
+    ),
+    (
+        "head-dim-axis",
+        "only the first n_tokens dims of each position (the fill taken along head_dim, not "
+        "along the positions)",
+        lambda b, d, n, dim: (d >= n) | (b >= n),
+    ),
+)
+
+
+def _fill_boundary_causes(
+    expected: np.ndarray, actual: np.ndarray, fill: int, imported: bool
+) -> list[Cause]:
+    """A block of which the pool keeps less than its fill, the rest read back as +0: named for
+    the boundary that gives every value read back exactly (a full block's fill too: the
+    boundary is computed for every record)."""
+    positions, dims = expected.shape[-2:]
+    if fill <= 0:
+        return []
+    b = np.arange(positions)[:, None]
+    d = np.arange(dims)[None, :]
+    causes = []
+    for name, kept, zeroed in _FILL_BOUNDARIES:
+        mask = np.broadcast_to(zeroed(b, d, fill, dims), expected.shape)
+        predicted = np.where(mask, F32(0), expected).astype(F32)
+        if not _same(predicted, expected).all() and _same(predicted, actual).all():
+            causes.append(
+                Cause(
+                    f"{'read' if imported else 'write'}-fill:{name}",
+                    f"{'an import' if imported else 'a write'} keeps {kept}: "
+                    "the rest reads back as 0",
+                    ("READ-ACCEPT", "POOL-WRITE-READ") if imported else ("POOL-WRITE-READ",),
+                    f"{int(mask.sum())} values zeroed, n_tokens {fill} of {positions} positions "
+                    f"x {dims} dims",
+                )
+            )
+    return named(causes)
 
 
 def _nan_causes(expected: np.ndarray, actual: np.ndarray, differ: np.ndarray) -> list[Cause]:

@@ -102,31 +102,37 @@ def field_width_causes(
     return causes if causes and not unexplained else []
 
 
-# -- a block hash that raises on a token id out of its integer type's range ---------------------
+# -- a block hash that raises on an input out of its integer type's range --------------------
 
-# The integer types an engine may pack token ids as, the widest first: (title, first id out of
-# range).
+# The integer types an engine may pack token ids, and the parent hash, as, the widest first:
+# (title, first value out of range).
 _TOKEN_TYPES = (
     ("signed 32-bit (int32)", 1 << 31),
     ("unsigned 16-bit (uint16)", 1 << 16),
     ("signed 16-bit (int16)", 1 << 15),
 )
+_PARENT_TYPES = (
+    ("signed 64-bit (int64)", 1 << 63),
+    ("unsigned 32-bit (uint32)", 1 << 32),
+    ("signed 32-bit (int32)", 1 << 31),
+)
+_PROBE_TOKEN = 1  # the token of a parent's probe block: in every type's range
 
 
 def hash_fault_causes(
     implementation: Adapter | None, parent: int, tokens: Sequence[int], fault: str
 ) -> list[Cause]:
-    """fault-on:HASH-INPUT when the hash faulted on `tokens` holding an id out of the range of
-    an integer type, and the implementation, probed, hashes a block of the largest id of that
-    type without a fault and faults on the next one (the ids packed as that type); [] when no
-    type's boundary is where it faults."""
-    if implementation is None or not tokens:
+    """fault-on:HASH-INPUT when the hash faulted on a block holding a token id, or under a
+    parent, out of the range of an integer type, and the implementation, probed, hashes a block
+    of the largest value of that type without a fault and faults on the next one (the input
+    packed as that type); [] when no type's boundary is where it faults."""
+    if implementation is None:
         return []
-    for title, limit in _TOKEN_TYPES:
+    for title, limit in _TOKEN_TYPES if tokens else ():
         if max(tokens) < limit:
             continue
-        if _faults(implementation, parent, limit - 1) is False and _faults(
-            implementation, parent, limit
+        if _faults(implementation, parent, [limit - 1]) is False and _faults(
+            implementation, parent, [limit]
         ):
             return [
                 Cause(
@@ -137,13 +143,28 @@ def hash_fault_causes(
                     f"a block of the one token {limit - 1:#x} hashed, of {limit:#x} faults",
                 )
             ]
+    for title, limit in _PARENT_TYPES:
+        if parent < limit:
+            continue
+        if _faults(implementation, limit - 1, [_PROBE_TOKEN]) is False and _faults(
+            implementation, limit, [_PROBE_TOKEN]
+        ):
+            return [
+                Cause(
+                    "fault-on:HASH-INPUT",
+                    f"{fault_title(fault)} under a parent hash of {limit:#x} or more (the "
+                    f"parent packed as {title})",
+                    ("HASH-INPUT",),
+                    f"a block under the parent {limit - 1:#x} hashed, under {limit:#x} faults",
+                )
+            ]
     return []
 
 
-def _faults(implementation: Adapter, parent: int, token: int) -> bool | None:
-    """Whether hashing the block of the one `token` faults (None: no answer either way)."""
+def _faults(implementation: Adapter, parent: int, tokens: Sequence[int]) -> bool | None:
+    """Whether hashing the block `tokens` under `parent` faults (None: no answer either way)."""
     try:
-        implementation.block_hash(parent, [token])
+        implementation.block_hash(parent, list(tokens))
     except ImplementationFault:
         return True
     except (NotObservable, Refused):
