@@ -152,11 +152,12 @@ def compare_values(
     nan: str = "any",
     n_tokens: int | None = None,
     written: np.ndarray | None = None,
+    released: Sequence[np.ndarray] = (),
 ) -> None:
     """Bit-exact comparison of f32 values (so -0.0 counts; NaNs as `nan` says), reported in
     the pool's precision `dtype`; `block`, `source`, `nan` as for
-    `tlkv_conformance.diff.values_diff`; `n_tokens` (the block's fill) and `written` (what a
-    write gave the pool) for the diagnosis."""
+    `tlkv_conformance.diff.values_diff`; `n_tokens` (the block's fill), `written` (what a
+    write gave the pool) and `released` (what blocks released before held) for the diagnosis."""
     problem = values_diff(expected, actual, dtype, block=block, source=source, nan=nan)
     if problem is not None:
         evidence = ValuesEvidence(
@@ -166,6 +167,7 @@ def compare_values(
             dtype,
             None if source is None else (source.data, source.record_offset),
             written,
+            tuple(released),
         )
         raise CaseFailure(f"{where}: {problem}", evidence)
 
@@ -180,11 +182,13 @@ def compare_readback(
     source: ValueSource | None = None,
     nan: str = "any",
     written: np.ndarray | None = None,
+    released: Sequence[np.ndarray] = (),
 ) -> None:
     """A block read back against what it should hold: hash, fill, and the values in the pool's
     precision (positions past the fill as 0). `source`: the envelope record it was imported
     from, quoted in a value diff; `nan`: how NaNs compare (tlkv_conformance.diff.NAN_POLICIES);
-    `written`: the values a write gave the pool (past the fill included), for the diagnosis."""
+    `written`: the values a write gave the pool (past the fill included), and `released`: those
+    of the blocks released before, for the diagnosis."""
     if (got.block_hash, got.n_tokens) != (expected.block_hash, expected.n_tokens):
         raise CaseFailure(
             f"{where}: read back hash {got.block_hash:#x}, n_tokens {got.n_tokens}; expected "
@@ -202,6 +206,7 @@ def compare_readback(
         nan=nan,
         n_tokens=expected.n_tokens,
         written=written,
+        released=released,
     )
 
 

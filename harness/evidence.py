@@ -64,7 +64,8 @@ class SizeEvidence:
 class ValuesEvidence:
     """A block read back with other values than it should hold (f32 [L][2][Hkv][B][D]).
     `source`: the envelope and record offset it was imported from; `written`: the values a
-    write gave the pool, past the fill included."""
+    write gave the pool, past the fill included; `released`: the values of the blocks released
+    in that pool before (past their fill included), what a reused slot may still hold."""
 
     expected: np.ndarray
     actual: np.ndarray
@@ -72,6 +73,7 @@ class ValuesEvidence:
     dtype: str
     source: tuple[bytes, int] | None = None
     written: np.ndarray | None = None
+    released: tuple[np.ndarray, ...] = ()
 
 
 @dataclass(frozen=True)

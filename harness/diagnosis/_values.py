@@ -152,6 +152,18 @@ def _past_fill_causes(
                     f"{int(differ.sum())} values past the fill read back as written, not as 0",
                 )
             ]
+    for old in ev.released:
+        held = oracle.round_to_f16(old) if ev.dtype == "f16" else np.asarray(old, dtype=F32)
+        if held.shape == actual.shape and _same(held, actual)[past].all():
+            return [
+                Cause(
+                    "slot-not-cleared",
+                    "a block stored into a freed slot over what it held: past the fill it reads "
+                    "back the slot's previous block, not 0",
+                    ("POOL-WRITE-READ",),
+                    f"{int(differ.sum())} values past the fill are a released block's",
+                )
+            ]
     if decoded is not None:
         held = decoded.values
         if ev.dtype == "f16":

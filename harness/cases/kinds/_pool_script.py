@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from ... import oracle
 from ...adapters import PoolHandle
 from ...checks import (
@@ -66,6 +68,8 @@ class PoolScript:
         self.plans: dict[str, BlockPlan] = {}
         self.done: list[str] = []  # the steps run so far, for the diagnosis
         self.released: set[tuple[str, int]] = set()  # (pool, hash) of blocks released
+        # pool -> the values of the blocks released there (what a reused slot may hold)
+        self.released_values: dict[str, list[np.ndarray]] = {}
         # (pool, label) -> (references held, releases made) of each block retained, for the
         # diagnosis
         self.references: dict[tuple[str, str], tuple[int, int]] = {}
@@ -214,6 +218,7 @@ class PoolScript:
             block=f"block {arg['block']}",
             nan=self.nan,
             written=plan.values,
+            released=self.released_values.get(self.in_use, ()),
         )
 
     def _release(self, arg: Mapping[str, Any]) -> None:
@@ -230,6 +235,7 @@ class PoolScript:
             held, releases = self.references[key]
             self.references[key] = (held - 1, releases + 1)
         self.released.add((self.in_use, self.plans[arg["block"]].block_hash))
+        self.released_values.setdefault(self.in_use, []).append(self.plans[arg["block"]].values)
 
     def _retain(self, arg: Mapping[str, Any]) -> None:
         if arg.get("expect"):
