@@ -14,6 +14,8 @@ from . import oracle
 from .adapters import Chunk
 from .cases import BlockPlan
 from .cases.kinds import (
+    PULL_CHECKS,
+    UNWRITTEN_FORMAT,
     PoolCase,
     PrefillRun,
     Prompt,
@@ -21,6 +23,7 @@ from .cases.kinds import (
     draw_prompt,
     pull_index_asked,
     pull_order_asked,
+    pull_unheld_asked,
     shuffled_order,
 )
 from .checks import in_pool_precision
@@ -279,7 +282,20 @@ def transfer_steps(case: TransferCase, prompt: Prompt) -> list[dict[str, Any]]:
             {"op": "pull", "hashes": asked, "kv_format": 1,
              "expect": {"indexes": list(range(len(asked)))}}
         )  # fmt: skip
+    if "pull_unheld" in case.checks:
+        steps.append(_pull_refused(pull_unheld_asked(full), 1, "NOT_FOUND"))
+    if "pull_unwritten" in case.checks:
+        steps.append(_pull_refused(full, UNWRITTEN_FORMAT, "FAILED_PRECONDITION"))
     return steps
+
+
+def _pull_refused(hashes: list[int], kv_format: int, status: str) -> dict[str, Any]:
+    return {
+        "op": "pull",
+        "hashes": [hash_hex(h) for h in hashes],
+        "kv_format": kv_format,
+        "expect": {"status": [status]},
+    }
 
 
 def transfer_history(case: TransferCase, source: str, geometry: Geometry) -> dict[str, Any]:
@@ -287,7 +303,7 @@ def transfer_history(case: TransferCase, source: str, geometry: Geometry) -> dic
     prompt = draw_prompt(geometry, case.version, case.full_blocks, case.tail, case.values, salt)
     needs = sorted(
         {"GetInfo" for check in case.checks if check == "free_blocks"}
-        | {"PullKv" for check in case.checks if check in ("content", "pull_order", "pull_index")}
+        | {"PullKv" for check in case.checks if check in PULL_CHECKS}
     )
     return {
         **common_fields(case, source),

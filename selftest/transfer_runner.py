@@ -138,8 +138,18 @@ def _free_blocks(server: Server, step: dict[str, Any], mark: list[int]) -> None:
 
 def _pull(server: Server, step: dict[str, Any], _mark: list[int]) -> None:
     request = kv_pb2.PullKvRequest(block_hashes=_hashes(step), kv_format=step["kv_format"])
-    chunks = list(server.stub.PullKv(request, timeout=DEADLINE_SECONDS))
     expect = step["expect"]
+    try:
+        chunks = list(server.stub.PullKv(request, timeout=DEADLINE_SECONDS))
+    except grpc.RpcError as error:
+        status = error.code().name
+        if status not in expect.get("status", ()):
+            raise StepFailed(
+                f"failed with {status}, expected {expect.get('status', 'OK')}"
+            ) from None
+        return
+    if "status" in expect:
+        raise StepFailed(f"streamed {len(chunks)} chunks, expected to fail with {expect['status']}")
     if "block_hashes" in expect:
         got = [f"{c.block_hash:016x}" for c in chunks]
         if got != expect["block_hashes"]:

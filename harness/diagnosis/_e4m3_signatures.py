@@ -267,7 +267,8 @@ def _tiny_slab_causes(
 
 # Where an e4m3 encoder's overflow test may start, below the format's own (a quotient that
 # rounds past 448, from 464 on): (cause id, title, blamed, whether the threshold fits, given the
-# largest quotient written right and the smallest written NaN). At the top, a slab's amax is
+# largest quotient written right and the smallest written NaN; every NaN'd quotient one that
+# rounds to 448 for the first). At the top, a slab's amax is
 # what turns NaN (V2-NOSAT); lower, values in the range are converted wrong (V2-E4M3).
 OVERFLOW_THRESHOLDS = (
     (
@@ -275,7 +276,7 @@ OVERFLOW_THRESHOLDS = (
         "values due e4m3's largest code 0x7E (448) encoded as NaN: the overflow test takes the "
         "top of the range for overflow (checked before rounding, or 448 itself counted as over)",
         ("V2-NOSAT",),
-        lambda right, over: right < 432 and over >= 432,
+        lambda right, over: over >= 432,
     ),
     (
         "v2-overflow:from-256",

@@ -5,12 +5,15 @@ from typing import Any
 
 from ._base import Case, CaseOrigin, FileContext, NotApplicableCase, check_imported, needs
 from ._prefill import (
+    PULL_CHECKS,
+    UNWRITTEN_FORMAT,
     PrefillRun,
     Prompt,
     count_mistake,
     draw_prompt,
     pull_index_asked,
     pull_order_asked,
+    pull_unheld_asked,
     shuffled_order,
 )
 from .export import ExportCase
@@ -39,6 +42,8 @@ KINDS: dict[str, Any] = {
 
 __all__ = [
     "KINDS",
+    "PULL_CHECKS",
+    "UNWRITTEN_FORMAT",
     "Case",
     "CaseOrigin",
     "ExportCase",
@@ -60,5 +65,6 @@ __all__ = [
     "needs",
     "pull_index_asked",
     "pull_order_asked",
+    "pull_unheld_asked",
     "shuffled_order",
 ]

@@ -14,7 +14,7 @@ import numpy as np
 
 from ... import oracle
 from ...adapters import Chunk, PushCounts, ReadBack, Transfer
-from ...checks import WRONG_COUNT, CaseFailure, ValueSource, compare_readback
+from ...checks import WRONG_COUNT, CaseFailure, ValueSource, compare_readback, refused_with
 from ...errors import Refused
 from ...evidence import KnownMistake, RefusalEvidence
 from ...values import make_values
@@ -198,6 +198,17 @@ class PrefillRun:
                 ),
             )
 
+    def expect_pull_refused(self, hashes: Sequence[int], kv_format: int, status: str) -> None:
+        """PullKv of `hashes` in `kv_format` fails with `status` (XFER-PULL-REFUSED, SHOULD): a
+        stream that leaves a block out, or stops after its first chunks, would hand the client a
+        sequence with a hole in it."""
+        refused_with(
+            status,
+            f"PullKv of {', '.join(f'{h:#018x}' for h in hashes)} in kv_format {kv_format}",
+            lambda: self.transfer.pulled(hashes, kv_format),
+            ["XFER-PULL-REFUSED"],
+        )
+
     def compare_content(self) -> None:
         hashes = self.prompt.full_hashes
         chunks = self.transfer.pull(hashes, 1)
@@ -234,6 +245,18 @@ def shuffled_order(count: int) -> list[int]:
 def pull_order_asked(hashes: Sequence[int]) -> list[int]:
     """The order the PullKv-order case asks for the blocks in: rotated, then reversed."""
     return list(reversed([*hashes[1:], *hashes[:1]] if len(hashes) > 1 else hashes))
+
+
+# The transfer cases' checks that call PullKv.
+PULL_CHECKS = frozenset({"content", "pull_order", "pull_index", "pull_unheld", "pull_unwritten"})
+# A kv_format no version of the spec defines: no server writes it.
+UNWRITTEN_FORMAT = 3
+
+
+def pull_unheld_asked(hashes: Sequence[int]) -> list[int]:
+    """The blocks the unheld-pull case asks for: the prompt's first, then one no prompt of
+    the suite holds (the first's hash chained with a token id no tokenizer draws)."""
+    return [hashes[0], oracle.block_hash(hashes[0], [0xFFFFFFFF])]
 
 
 def pull_index_asked(hashes: Sequence[int]) -> list[int]:

@@ -25,7 +25,15 @@ from ...evidence import PoolChangeEvidence, RefusalEvidence
 from ...testee import Testee
 from .._sources import CaseDataError, EnvelopeResolver, mutate
 from ._base import Case, FileContext
-from ._prefill import PrefillRun, Prompt, count_mistake, draw_prompt
+from ._prefill import (
+    PULL_CHECKS,
+    UNWRITTEN_FORMAT,
+    PrefillRun,
+    Prompt,
+    count_mistake,
+    draw_prompt,
+    pull_unheld_asked,
+)
 
 DEFAULT_VALUES = {"pcg64": {"seed": 11, "low": -4.0, "high": 4.0}}
 
@@ -192,7 +200,7 @@ class TransferCase(Case):
         transfer = testee.adapter.transfer
         assert transfer is not None  # skip_reason skips the testees without one
         geometry = self.geometry or transfer.geometry
-        if self.checks & {"content", "pull_order", "pull_index"} and not transfer.has_pull:
+        if self.checks & PULL_CHECKS and not transfer.has_pull:
             raise NotObservable("this case compares content; the server does not offer PullKv")
         if "free_blocks" in self.checks and not transfer.has_info:
             raise NotObservable("this case counts free blocks; the server does not offer GetInfo")
@@ -249,6 +257,10 @@ class TransferCase(Case):
             run.expect_pull_order()
         if "pull_index" in self.checks:
             run.expect_pull_index()
+        if "pull_unheld" in self.checks:
+            run.expect_pull_refused(pull_unheld_asked(prompt.full_hashes), 1, "NOT_FOUND")
+        if "pull_unwritten" in self.checks:
+            run.expect_pull_refused(prompt.full_hashes, UNWRITTEN_FORMAT, "FAILED_PRECONDITION")
 
     def _tampered(self, chunks: list[Chunk], prompt: Prompt) -> list[Chunk]:
         tamper = self.tamper
