@@ -392,12 +392,18 @@ def diagnose_run(failures: Mapping[str, Attribution]) -> RunDiagnosis:
 def _settle(attributions: dict[str, Attribution]) -> dict[str, Attribution]:
     """Where one failure matches several causes (a parent 0xffffffff00000000 truncated to 32
     bits is also a parent ignored), the one the run's other failures show most comes first,
-    and the blame is its."""
+    and the blame is its; where the run shows two of them as often (every failure fits both),
+    the failure keeps its "one of"."""
     counts = Counter(c.id for a in attributions.values() for c in a.causes)
     settled = {}
     for test, attribution in attributions.items():
         if len(attribution.causes) > 1:
             best = max(attribution.causes, key=lambda c: counts[c.id])
+            # Causes the run shows as often as each other are not told apart: the failure stays
+            # "one of", unless the one of settles on its first (Cause.first_on_ties).
+            tied = sum(counts[c.id] == counts[best.id] for c in attribution.causes) > 1
+            if tied and not attribution.causes[0].first_on_ties:
+                best = attribution.causes[0]
             if best is not attribution.causes[0]:
                 rest = tuple(c for c in attribution.causes if c is not best)
                 attribution = replace(attribution, causes=(best, *rest), blamed=best.reqs)

@@ -22,6 +22,9 @@ class Cause:
     # causes that, when the run shows them too, account for this failure better (a limit
     # answered before a rule the reader does not check at all)
     yields_to: frozenset[str] = frozenset()
+    # a "one of" whose first member the run settles on where it shows the others as often (the
+    # others would also fail where no failure is: a hash's mask before the basis it mimics)
+    first_on_ties: bool = False
 
     def yields_to_cause(self, cause_id: str) -> bool:
         """Whether `cause_id` accounts for this failure better: one of `yields_to`, or of a

@@ -256,4 +256,4 @@ def hash_causes(parent: int, tokens: Sequence[int], expected: int, actual: int) 
         return operand_causes(parent, tokens, expected, actual)
     fewest = min(len(m) for m in fits)
     named = [_cause(m, actual) for m in dict.fromkeys(m for m in fits if len(m) == fewest)]
-    return [one_of(named), *named] if len(named) > 1 else named
+    return [one_of(named, first_on_ties=True), *named] if len(named) > 1 else named

@@ -11,10 +11,11 @@ from ._causes import Cause
 ONE_OF = "one-of:"
 
 
-def one_of(causes: Sequence[Cause]) -> Cause:
+def one_of(causes: Sequence[Cause], first_on_ties: bool = False) -> Cause:
     """The known mistakes that give exactly the bytes the implementation gave, each checked on
     this run's evidence, named together when the evidence cannot tell them apart (one alone:
-    that one). The evidence is the first's; the report says "one of: A; B", never A alone."""
+    that one). The evidence is the first's; the report says "one of: A; B", never A alone.
+    `first_on_ties`: a run that shows them all as often settles on the first (Cause)."""
     if len(causes) == 1:
         return causes[0]
     return Cause(
@@ -23,4 +24,5 @@ def one_of(causes: Sequence[Cause]) -> Cause:
         tuple(dict.fromkeys(r for c in causes for r in c.reqs)),
         f"{causes[0].evidence} (each of these mistakes gives exactly these bytes)",
         frozenset().union(*(c.explains for c in causes)),
+        first_on_ties=first_on_ties,
     )

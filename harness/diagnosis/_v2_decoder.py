@@ -15,6 +15,7 @@ import numpy as np
 from .. import oracle
 from ._causes import Cause
 from ._codec_model import named
+from ._e4m3_signatures import NARROW_FORMATS
 from ._signatures import ONE_OF
 from ._v2_layout import _AXES, _STRIDES, _orders
 
@@ -265,16 +266,44 @@ def decode_scale_form_causes(
     return causes
 
 
+def decode_product_causes(
+    codes: np.ndarray, scales: np.ndarray, matches: Callable[[np.ndarray], bool]
+) -> list[Cause]:
+    """A decoder computing code x scale in a narrower float format F (`v2-decode-in:F`): both
+    rounded to F, the product rounded to F again (exact in f32 before that rounding: each
+    factor has at most 11 significant bits)."""
+    as_f32 = oracle.e4m3_codes_to_f32(codes)
+    s = scales[..., None, None]
+    causes = []
+    for name, narrow in NARROW_FORMATS.items():
+        with np.errstate(all="ignore"):
+            product = narrow(narrow(as_f32) * narrow(s))
+        if matches(product):
+            causes.append(
+                Cause(
+                    f"v2-decode-in:{name}",
+                    f"the e4m3 value and the slab's scale each rounded to {name} and multiplied "
+                    f"in {name}, not in f32",
+                    ("V2-DECODE",),
+                    f"every value read back is code x scale computed in {name}",
+                )
+            )
+    return causes
+
+
 def v2_decode_causes(
     codes: np.ndarray, scales: np.ndarray, matches: Callable[[np.ndarray], bool]
 ) -> list[Cause]:
     """The decoder's models here: a table wrong on a class of codes, the scales from the wrong
-    place, each scale read as a fixed transform of itself."""
+    place, each scale read as a fixed transform of itself, the product in a narrower format
+    (where the evidence is in f16, an f16 product and a scale rounded to f16 give the same
+    values: one of them)."""
     return named(
         [
             *decode_table_causes(codes, scales, matches),
             *decode_scale_place_causes(codes, scales, matches),
             *decode_scale_form_causes(codes, scales, matches),
+            *decode_product_causes(codes, scales, matches),
         ]
     )
 

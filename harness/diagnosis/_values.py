@@ -13,7 +13,6 @@ from ..adapters import REUSED_BUFFER_VALUE, Adapter
 from ..evidence import ValuesEvidence
 from ._causes import Cause
 from ._codec_model import decode_causes, f16_store_causes, named
-from ._e4m3_signatures import NARROW_FORMATS
 from ._f16_models import f16_decode_causes
 from ._f16_signatures import f16_causes
 from ._layout import payload_offset_causes
@@ -350,7 +349,6 @@ def _v2_read_causes(
             )
     causes += decode_causes(codes, decoded.scales, matches)
     causes += v2_decode_causes(codes, decoded.scales, matches)
-    causes += _narrow_product_causes(as_f32, scales, matches)
     if dtype == "f16":
         # the values decoded right, stored by an f16 encoder with one mistake: the pool's, not
         # the decoder's (a value of an f16 subnormal halved by either looks the same)
@@ -359,29 +357,6 @@ def _v2_read_causes(
         if stored and store_misrounds():
             causes += stored
     return named(causes)
-
-
-def _narrow_product_causes(
-    as_f32: np.ndarray, scales: np.ndarray, matches: Callable[[np.ndarray], bool]
-) -> list[Cause]:
-    """A decoder computing code x scale in a narrower float format F (`v2-decode-in:F`): both
-    rounded to F, the product rounded to F again (exact in f32 before that rounding: each
-    factor has at most 11 significant bits)."""
-    causes = []
-    for name, narrow in NARROW_FORMATS.items():
-        with np.errstate(all="ignore"):
-            product = narrow(narrow(as_f32) * narrow(scales))
-        if matches(product):
-            causes.append(
-                Cause(
-                    f"v2-decode-in:{name}",
-                    f"the e4m3 value and the slab's scale each rounded to {name} and multiplied "
-                    f"in {name}, not in f32",
-                    ("V2-DECODE",),
-                    f"every value read back is code x scale computed in {name}",
-                )
-            )
-    return causes
 
 
 def _store_misrounds(
