@@ -36,7 +36,7 @@ HELD = load_catalogue(HELD_OUT)
 MEASURED = ROOT / "docs" / "held-out.md"
 # a row of its table: mutant, family, caught, first failure, probable cause, title, verdict
 ROW = re.compile(
-    r"^\| (ho\d*-[^ |]+) \| [^|]* \| [^|]* \| [^|]* \| ([^ |]+) \| .* \| ([a-z-]+) \|$"
+    r"^\| (ho[0-9a-z]*-[^ |]+) \| [^|]* \| [^|]* \| [^|]* \| ([^ |]+) \| .* \| ([a-z-]+) \|$"
 )
 
 
