@@ -11,12 +11,47 @@ from ._signatures import one_of
 F16_INFINITY, F16_MAX = 0x7C00, 0x7BFF
 
 
+def _integer_cast(want: np.ndarray, got: np.ndarray) -> str | None:
+    """How the codes `got` are the f16 values of the codes `want` converted to integers, every
+    one of them (numpy's own conversion, as an engine's astype gives it on this machine, or
+    the integer part wrapped to 16 bits); None when no conversion gives them."""
+    values = np.ascontiguousarray(want, dtype=np.uint16).view(np.float16)
+    got = np.asarray(got, dtype=np.int64)
+    with np.errstate(all="ignore"):
+        conversions = {
+            "integer parts (astype uint16)": values.astype(np.uint16).astype(np.int64),
+            "integer parts (astype int16)": values.astype(np.int16).view(np.uint16),
+            "integer parts, wrapped to 16 bits": np.trunc(
+                np.nan_to_num(values.astype(np.float64))
+            ).astype(np.int64)
+            & 0xFFFF,
+        }
+    for name, codes in conversions.items():
+        codes = np.asarray(codes, dtype=np.int64)
+        # values all below 1 in magnitude cast to zeros: no sign of a cast (a payload of zeros)
+        if (codes == got).all() and codes.any():
+            return name
+    return None
+
+
 def f16_causes(want: np.ndarray, got: np.ndarray, how: str) -> list[Cause]:
     """Known f16 mistakes between the f16 bit patterns `want` and `got` (same shape)."""
     diff = want != got
     if not diff.any():
         return []
     w, g = want[diff], got[diff]
+    cast = _integer_cast(want, got)
+    if cast is not None:
+        return [
+            Cause(
+                "f16-values-cast-to-integers",
+                "the f16 values converted to integers (a numeric cast, numpy's astype) where "
+                "their bit patterns were due (a reinterpretation, view)",
+                ("V1-F16",),
+                f"{int(diff.sum())} codes {how} are the values' {cast}, e.g. f16 "
+                f"{float(np.asarray(w[:1]).view(np.float16)[0])!r} as {int(g[0])}",
+            )
+        ]
     w_exp, w_man = (w >> 10) & 0x1F, w & 0x3FF
     nan_w = (w_exp == 0x1F) & (w_man != 0)
     nan_g = ((g >> 10) & 0x1F == 0x1F) & (g & 0x3FF != 0)

@@ -79,6 +79,10 @@ class PoolScript:
         # (pool, ids, records) of the last import, for the diagnosis
         self.last_import: tuple[str, list[int], list[oracle.Record]] | None = None
         self.history: list[PoolStep] = []  # the steps run so far with their answers, likewise
+        # (pool, label) -> block id of each block written and not released since, and the first
+        # two labels a write answered with a block another of them holds, for the diagnosis
+        self.live: dict[tuple[str, str], int] = {}
+        self.shared_write: tuple[str, str] | None = None
 
     @property
     def pool(self) -> PoolHandle:
@@ -182,7 +186,13 @@ class PoolScript:
                 raise CaseFailure(f"write refused with {refusal.code}", mistake) from None
             raise
         self._registered(plan.block_hash, block)
+        holder = next(
+            (k[1] for k, v in self.live.items() if k[0] == self.in_use and v == block), None
+        )
+        if holder is not None and self.shared_write is None:
+            self.shared_write = (holder, plan.label or "a block")
         if plan.label:
+            self.live[(self.in_use, plan.label)] = block
             self.ids[plan.label] = block
             self.plans[plan.label] = plan
             self.sources.pop(plan.label, None)
@@ -231,6 +241,7 @@ class PoolScript:
             )
             return
         self.pool.release(self.block(arg["block"]))
+        self.live.pop((self.in_use, arg["block"]), None)
         if (key := (self.in_use, arg["block"])) in self.references:
             held, releases = self.references[key]
             self.references[key] = (held - 1, releases + 1)
@@ -346,8 +357,24 @@ class PoolScript:
             evidence = CountEvidence(expected, got, "release" in self.done)
             raise CaseFailure(
                 f"free_blocks() = {got}, expected {expected}",
-                (self._freed_while_held() if got > expected else None) or evidence,
+                (self._one_block_written_twice() if got > expected else None)
+                or (self._freed_while_held() if got > expected else None)
+                or evidence,
             )
+
+    def _one_block_written_twice(self) -> KnownMistake | None:
+        """A write answered with the block of another write, still held (a prefix cache's
+        lookup in the write path): the pool took one block where two were due."""
+        if self.shared_write is None:
+            return None
+        first, second = self.shared_write
+        return KnownMistake(
+            "write-answers-a-held-block",
+            "a write answered with a block already held (of the same hash: a reference more), "
+            "not a block of its own",
+            ("POOL-REFS",),
+            f"writes {first} and {second} both answered block {self.ids[first]}",
+        )
 
     def _still_found(self, label: str) -> bool:
         """Whether find answers the block by its hash (a probe of the failed case: any other
