@@ -54,6 +54,39 @@ def _nearest_from_f64(q: np.ndarray) -> np.ndarray:
     return best.astype(np.uint8)
 
 
+# The quotient computed from amax in f32 by another formula than x / scale (each rounding once
+# more, and 0 / 0, NaN, for an all-zero slab): (id, title, the quotients from x and amax).
+QUOTIENT_FORMS = (
+    (
+        "v2-quotient:x-times-448-over-amax",
+        "the quotient computed as x * 448 / amax in f32 instead of x / scale (rounded twice, "
+        "and an all-zero slab's 0 / 0 written as NaN)",
+        lambda x, amax: (x * F32(E4M3_MAX)).astype(F32) / amax,
+    ),
+    (
+        "v2-quotient:x-over-amax-times-448",
+        "the quotient computed as x / amax * 448 in f32 instead of x / scale (rounded twice, "
+        "and an all-zero slab's 0 / 0 written as NaN)",
+        lambda x, amax: (x / amax).astype(F32) * F32(E4M3_MAX),
+    ),
+)
+
+
+def _quotient_forms(
+    x: np.ndarray, amax: np.ndarray, scales: np.ndarray
+) -> dict[str, tuple[str, tuple[str, ...], np.ndarray]]:
+    """The codes of each QUOTIENT_FORMS formula, a tiny slab's quotients clamped as due."""
+    a = np.asarray(amax, dtype=F32)[..., None, None]
+    tiny = (scales < np.finfo(F32).tiny)[..., None, None]
+    out = {}
+    with np.errstate(all="ignore"):
+        for cause_id, title, quotient in QUOTIENT_FORMS:
+            q = quotient(np.asarray(x, dtype=F32), a).astype(F32)
+            q = np.where(tiny & (a != 0), np.clip(q, -E4M3_MAX, E4M3_MAX), q).astype(F32)
+            out[cause_id] = (title, ("V2-E4M3",), oracle.f32_to_e4m3_codes(q))
+    return out
+
+
 def _codes_for(x: np.ndarray, scales: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         q = (x / scales[..., None, None]).astype(F32)
@@ -213,6 +246,7 @@ def code_causes(
                 ("V2-E4M3",),
                 _toward_zero(q),
             ),
+            **_quotient_forms(x, amax, scales),
         }
         # the encoder one parameter away from the right one (its rounding, subnormals, bias)
         for encoder in fitting_encoders(E4M3, q, got):
