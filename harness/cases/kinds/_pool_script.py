@@ -337,8 +337,33 @@ class PoolScript:
                 message += f": {import_order_message(self.last_import[1], permuted)}"
             raise CaseFailure(
                 message,
-                self._shared_registry(block_hash, f"answered block {found}", found) or permuted,
+                self._shared_registry(block_hash, f"answered block {found}", found)
+                or permuted
+                or self._taken_over(block_hash, expect, found),
             )
+
+    def _taken_over(self, block_hash: int, expect: str, found: int) -> KnownMistake | None:
+        """find answered a block stored after the expected one with the same hash, both held:
+        the later block took the registration over (an insert-or-assign, registry[h] = b)."""
+        labels = [label for pool, label in self.live if pool == self.in_use]
+        if expect not in labels:
+            return None
+        later = [
+            label
+            for label in labels[labels.index(expect) + 1 :]
+            if self.live[(self.in_use, label)] == found
+            and self.plans[label].block_hash == block_hash
+        ]
+        if not later:
+            return None
+        return KnownMistake(
+            "registry-taken-over-by-duplicate",
+            "a hash registered again by a later block of the same hash: the registration taken "
+            "over (an insert-or-assign), so find answers the later block, and its release "
+            "unregisters the hash while the first is held",
+            ("POOL-FIND",),
+            f"find answered {later[0]} (block {found}), stored after {expect} with its hash",
+        )
 
     def _import_order(self) -> OrderEvidence | None:
         """The last import's ids read back, where they hold its records in another order."""
@@ -482,6 +507,7 @@ class PoolScript:
         for record, block in zip(envelope.records, ids, strict=False):
             self._registered(record.block_hash, block)
         for label, block, record in zip(arg.get("as", []), ids, envelope.records, strict=False):
+            self.live[(self.in_use, label)] = block
             self.ids[label] = block
             self.imported.add(label)
             self.sources[label] = (bytes(arg["data"]), record.offset)
