@@ -48,6 +48,17 @@ class CallerArrayChanged(ImplementationFault):
     (a pool copies what it keeps): a fault that names its own mistake."""
 
 
+class SentChunkCrcWrong(ImplementationFault):
+    """A chunk the server sent (PullKv) whose crc32c field is not the CRC-32C of its payload:
+    a fault that carries the chunk (`payload`, `field`), so that the diagnosis can tell how
+    the field was computed."""
+
+    def __init__(self, message: str, payload: bytes, field: int) -> None:
+        super().__init__(message)
+        self.payload = payload
+        self.field = field
+
+
 # The faults a worker process sends back by class name (it loads this file on its own, so its
 # classes are not the suite's): the suite raises the one of that name.
 WORKER_FAULTS: dict[str, type[ImplementationFault]] = {

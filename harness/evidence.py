@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import oracle
-from .errors import ImplementationFault, OperationFault, Quarantined
+from .errors import ImplementationFault, OperationFault, Quarantined, SentChunkCrcWrong
 
 # A find that fails after an import or a write: over gRPC find is HasBlocks, so a HasBlocks
 # that never says "held" accounts for it when the run shows one (a KnownMistake's yields_to).
@@ -202,19 +202,22 @@ class FaultEvidence:
     `quarantined`: the call was not made, so the failure does not depend on the case's data.
     `operation_fault`: what the fault shows of the operation whatever the input (it never
     answers), a probable cause of its own. `hash_input`: the (parent, tokens) of a block hash
-    that faulted."""
+    that faulted; `sent_chunk_crc`: a PullKv chunk's payload and its wrong crc32c field."""
 
     detail: str
     quarantined: bool = False
     operation_fault: OperationFault | None = None
     hash_input: tuple[int, tuple[int, ...]] | None = None
+    # a chunk the server sent with a wrong crc32c field: (payload, field)
+    sent_chunk_crc: tuple[bytes, int] | None = None
 
     @classmethod
     def of(
         cls, fault: ImplementationFault, hash_input: tuple[int, tuple[int, ...]] | None = None
     ) -> FaultEvidence:
         quarantined = isinstance(fault, Quarantined)
-        return cls(str(fault), quarantined, fault.operation_fault, hash_input)
+        sent = (fault.payload, fault.field) if isinstance(fault, SentChunkCrcWrong) else None
+        return cls(str(fault), quarantined, fault.operation_fault, hash_input, sent)
 
     @classmethod
     def of_operation(cls, fault: ImplementationFault) -> FaultEvidence | None:

@@ -26,6 +26,7 @@ from ..errors import (
     OperationFault,
     Quarantined,
     Refused,
+    SentChunkCrcWrong,
     SuiteUsageError,
 )
 from ..exprs import DEFAULT_GEOMETRY
@@ -299,9 +300,11 @@ class TransferClient:
             payload = bytes(message.payload)
             crc = oracle.crc32c(payload)
             if message.crc32c != crc:
-                raise ImplementationFault(
+                raise SentChunkCrcWrong(
                     f"PullKv chunk {index}: crc32c field {message.crc32c:#010x}, the payload's "
-                    f"{crc:#010x}"
+                    f"{crc:#010x}",
+                    payload,
+                    message.crc32c,
                 )
             chunks.append(
                 Chunk(

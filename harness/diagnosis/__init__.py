@@ -211,6 +211,9 @@ def _analyse(
         if known is None and evidence.hash_input is not None:
             found = hash_fault_causes(implementation, *evidence.hash_input, evidence.detail)
             return found, {"HASH-INPUT"} if found else set(), FAULT
+        if evidence.sent_chunk_crc is not None:  # a PullKv chunk: how its field was computed
+            sent = client_chunk_crc_cause(*evidence.sent_chunk_crc, ("XFER-CHUNK-CRC",), "pull")
+            return ([sent], {"XFER-CHUNK-CRC"}, FAULT) if sent else ([], set(), FAULT)
         if known is None:
             own = own_fault_cause(evidence.detail)
             return ([own], set(own.reqs), FAULT) if own else ([], set(), FAULT)

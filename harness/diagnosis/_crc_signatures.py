@@ -463,10 +463,13 @@ def chunk_crc_cause(model: ChunkCrcModel, code: str) -> Cause:
     )
 
 
-def client_chunk_crc_cause(payload: bytes, field: int, reqs: tuple[str, ...]) -> Cause | None:
-    """How a prefill client computed a chunk's crc32c `field` for `payload`: the chunk model
-    (any range, any point of the CRC model) giving exactly that field, or one of several; None
-    when none does (or the payload is too large to recompute)."""
+def client_chunk_crc_cause(
+    payload: bytes, field: int, reqs: tuple[str, ...], sender: str = "prefill"
+) -> Cause | None:
+    """How the side that sent a chunk (a prefill client: `prefill`; a decode server's PullKv:
+    `pull`) computed its crc32c `field` for `payload`: the chunk model (any range, any point of
+    the CRC model) giving exactly that field, or one of several; None when none does (or the
+    payload is too large to recompute)."""
     if not oracle.HEADER_SIZE + oracle.CRC_SIZE <= len(payload) <= MAX_RECOMPUTED:
         return None
     causes = []
@@ -480,15 +483,15 @@ def client_chunk_crc_cause(payload: bytes, field: int, reqs: tuple[str, ...]) ->
                 model = ChunkCrcModel(covered, crc)
                 computed = int.from_bytes(crc.trailer(register), "little")
                 if model != ChunkCrcModel() and computed == field:
-                    causes.append(_client_cause(model, field, reqs))
+                    causes.append(_client_cause(model, field, reqs, sender))
     causes.sort(key=lambda c: (c.id.count("&"), c.id))
     return one_of(causes) if causes else None
 
 
-def _client_cause(model: ChunkCrcModel, field: int, reqs: tuple[str, ...]) -> Cause:
+def _client_cause(model: ChunkCrcModel, field: int, reqs: tuple[str, ...], sender: str) -> Cause:
     own = model == ChunkCrcModel("envelope-body")  # what the envelope's trailer holds
     return Cause(
-        "prefill-envelope-crc-in-chunk" if own else "prefill-" + model.cause_id,
+        f"{sender}-envelope-crc-in-chunk" if own else f"{sender}-{model.cause_id}",
         model.client_title,
         reqs,
         f"crc32c {field:#010x} is that computation's",
