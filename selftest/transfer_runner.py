@@ -139,10 +139,13 @@ def _free_blocks(server: Server, step: dict[str, Any], mark: list[int]) -> None:
 def _pull(server: Server, step: dict[str, Any], _mark: list[int]) -> None:
     request = kv_pb2.PullKvRequest(block_hashes=_hashes(step), kv_format=step["kv_format"])
     expect = step["expect"]
+    chunks: list[Any] = []
     try:
-        chunks = list(server.stub.PullKv(request, timeout=DEADLINE_SECONDS))
+        chunks.extend(server.stub.PullKv(request, timeout=DEADLINE_SECONDS))
     except grpc.RpcError as error:
         status = error.code().name
+        if chunks:
+            raise StepFailed(f"streamed {len(chunks)} chunks, then failed with {status}") from None
         if status not in expect.get("status", ()):
             raise StepFailed(
                 f"failed with {status}, expected {expect.get('status', 'OK')}"

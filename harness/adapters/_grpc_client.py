@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import numpy as np
@@ -274,8 +274,11 @@ class TransferClient:
         by_hash = {c.block_hash: c for c in chunks}
         return [by_hash[h] for h in hashes]
 
-    def pulled(self, hashes: Sequence[int], kv_format: int) -> list[Chunk]:
-        """PullKv's chunks as the server streamed them (crc32c fields checked)."""
+    def pulled(self, hashes: Sequence[int], kv_format: int, offered: bool = False) -> list[Chunk]:
+        """PullKv's chunks as the server streamed them (crc32c fields checked). A stream that
+        fails after some chunks is a fault (a refusal comes before any chunk). `offered`: the
+        server is known to offer PullKv, so UNIMPLEMENTED is its refusal, not a sign that it
+        does not."""
         size = (
             self.geometry.envelope_size(1, kv_format) if kv_format in oracle.KNOWN_VERSIONS else 0
         )
@@ -285,12 +288,22 @@ class TransferClient:
                 f"{size} bytes, more than one chunk carries ({oracle.MAX_CHUNK_PAYLOAD})"
             )
         request = kv_pb2.PullKvRequest(block_hashes=list(hashes), kv_format=kv_format)
-        messages = self._call(
-            "PullKv",
-            lambda timeout: list(self._stub.PullKv(request, timeout=timeout)),
-            optional=NO_PULL,
-            size=len(hashes),
-        )
+        messages: list[Any] = []
+
+        def stream(timeout: float) -> list[Any]:
+            messages.clear()  # a retried call starts again
+            messages.extend(self._stub.PullKv(request, timeout=timeout))
+            return messages
+
+        try:
+            self._call("PullKv", stream, optional=None if offered else NO_PULL, size=len(hashes))
+        except Refused as refusal:
+            if messages:
+                raise ImplementationFault(
+                    f"PullKv streamed {len(messages)} chunks, then failed with {refusal.code}: "
+                    f"{refusal.detail}"
+                ) from None
+            raise
         if len(messages) != len(hashes):
             raise ImplementationFault(
                 f"PullKv of {len(hashes)} blocks streamed {len(messages)} chunks"

@@ -89,8 +89,10 @@ class Transfer(Protocol):
         """PullKv, its chunks in the order asked (each chunk's crc32c field and hash checked)."""
         ...
 
-    def pulled(self, hashes: Sequence[int], kv_format: int) -> list[Chunk]:
-        """PullKv's chunks in the order the server streamed them (crc32c fields checked)."""
+    def pulled(self, hashes: Sequence[int], kv_format: int, offered: bool = False) -> list[Chunk]:
+        """PullKv's chunks in the order the server streamed them (crc32c fields checked); a
+        stream failing after some chunks is a fault. `offered`: PullKv is known to be offered
+        (UNIMPLEMENTED is then a refusal)."""
         ...
 
 

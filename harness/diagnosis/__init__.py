@@ -213,7 +213,7 @@ def _analyse(
             return found, {"HASH-INPUT"} if found else set(), FAULT
         if evidence.sent_chunk_crc is not None:  # a PullKv chunk: how its field was computed
             sent = client_chunk_crc_cause(*evidence.sent_chunk_crc, ("XFER-CHUNK-CRC",), "pull")
-            return ([sent], {"XFER-CHUNK-CRC"}, FAULT) if sent else ([], set(), FAULT)
+            return ([sent] if sent else []), {"XFER-CHUNK-CRC"}, FAULT
         if known is None:
             own = own_fault_cause(evidence.detail)
             return ([own], set(own.reqs), FAULT) if own else ([], set(), FAULT)

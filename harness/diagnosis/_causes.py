@@ -22,8 +22,9 @@ class Cause:
     # causes that, when the run shows them too, account for this failure better (a limit
     # answered before a rule the reader does not check at all)
     yields_to: frozenset[str] = frozenset()
-    # a "one of" whose first member the run settles on where it shows the others as often (the
-    # others would also fail where no failure is: a hash's mask before the basis it mimics)
+    # a "one of" whose members the run's other failures show as often as each other (and more
+    # than this one of): the run settles on the first, not on the one of (the others would
+    # also fail where no failure is: a hash's mask before the basis it mimics)
     first_on_ties: bool = False
 
     def yields_to_cause(self, cause_id: str) -> bool:

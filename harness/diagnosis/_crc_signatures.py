@@ -3,7 +3,8 @@ Rocksoft model, recomputed here with every plausible parameter and kept where it
 the implementation's trailer. The parameters: the register's shift (unsigned, or arithmetic: a
 signed int32 register) and the polynomial constant
 (Castagnoli, IEEE or Koopman, in reflected or normal form), the initial register (0xFFFFFFFF or
-0), the final XOR (0xFFFFFFFF or 0), the result's bits reversed or not, the trailer's byte order,
+0), the final XOR (0xFFFFFFFF, 0, or another constant an engine writes for all ones,
+MISTAKEN_XOROUTS), the result's bits reversed or not, the trailer's byte order,
 and the bytes covered (the whole body, the header, the records, all but the magic, one byte
 short, the body with a zeroed trailer, the body truncated to a multiple of 2, 4, 8 or 16
 bytes). The spec's CRC is one point of that space (`RIGHT`)."""
@@ -381,7 +382,9 @@ def found_in_reader(implementation: Adapter, model: CrcModel) -> tuple[str, str]
     """Remember `model` for `implementation`'s next refusals; its (cause id, title), "one of"
     the models that wrote the same trailer."""
     _last_found[implementation] = model
-    models = _coincident.get(model, (model,))
+    # in PROBED's order, whatever order they were tried in: the same mistakes, the same id
+    order = {m: i for i, m in enumerate(PROBED)}
+    models = sorted(_coincident.get(model, (model,)), key=lambda m: order.get(m, -1))
     named = one_of([Cause(m.cause_id, m.title, ("READ-CRC",), "") for m in models])
     return named.id, named.title
 

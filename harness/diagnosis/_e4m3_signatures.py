@@ -82,7 +82,7 @@ def _quotient_forms(
     with np.errstate(all="ignore"):
         for cause_id, title, quotient in QUOTIENT_FORMS:
             q = quotient(np.asarray(x, dtype=F32), a).astype(F32)
-            q = np.where(tiny & (a != 0), np.clip(q, -E4M3_MAX, E4M3_MAX), q).astype(F32)
+            q = np.where(tiny, np.clip(q, -E4M3_MAX, E4M3_MAX), q).astype(F32)
             out[cause_id] = (title, ("V2-E4M3",), oracle.f32_to_e4m3_codes(q))
     return out
 

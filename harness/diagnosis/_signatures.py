@@ -15,7 +15,8 @@ def one_of(causes: Sequence[Cause], first_on_ties: bool = False) -> Cause:
     """The known mistakes that give exactly the bytes the implementation gave, each checked on
     this run's evidence, named together when the evidence cannot tell them apart (one alone:
     that one). The evidence is the first's; the report says "one of: A; B", never A alone.
-    `first_on_ties`: a run that shows them all as often settles on the first (Cause)."""
+    `first_on_ties`: where the run's other failures show them as often as each other, and more
+    than this one of, the run settles on the first (Cause)."""
     if len(causes) == 1:
         return causes[0]
     return Cause(

@@ -104,17 +104,18 @@ def field_width_causes(
 
 # -- a block hash that raises on an input out of its integer type's range --------------------
 
-# The integer types an engine may pack token ids, and the parent hash, as, the widest first:
-# (title, first value out of range).
+# The integer types an engine may pack token ids, and the parent hash, as, the narrowest first
+# (a probe past the type's range may crash the implementation: from the narrowest, one crash
+# at most finds the type): (title, first value out of range).
 _TOKEN_TYPES = (
-    ("signed 32-bit (int32)", 1 << 31),
-    ("unsigned 16-bit (uint16)", 1 << 16),
     ("signed 16-bit (int16)", 1 << 15),
+    ("unsigned 16-bit (uint16)", 1 << 16),
+    ("signed 32-bit (int32)", 1 << 31),
 )
 _PARENT_TYPES = (
-    ("signed 64-bit (int64)", 1 << 63),
-    ("unsigned 32-bit (uint32)", 1 << 32),
     ("signed 32-bit (int32)", 1 << 31),
+    ("unsigned 32-bit (uint32)", 1 << 32),
+    ("signed 64-bit (int64)", 1 << 63),
 )
 _PROBE_TOKEN = 1  # the token of a parent's probe block: in every type's range
 

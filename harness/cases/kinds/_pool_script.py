@@ -187,7 +187,14 @@ class PoolScript:
             raise
         self._registered(plan.block_hash, block)
         holder = next(
-            (k[1] for k, v in self.live.items() if k[0] == self.in_use and v == block), None
+            (
+                label
+                for (pool, label), held in self.live.items()
+                if pool == self.in_use
+                and held == block
+                and self.plans[label].block_hash == plan.block_hash
+            ),
+            None,
         )
         if holder is not None and self.shared_write is None:
             self.shared_write = (holder, plan.label or "a block")
@@ -359,8 +366,7 @@ class PoolScript:
         return KnownMistake(
             "registry-taken-over-by-duplicate",
             "a hash registered again by a later block of the same hash: the registration taken "
-            "over (an insert-or-assign), so find answers the later block, and its release "
-            "unregisters the hash while the first is held",
+            "over (an insert-or-assign), so find answers the later block",
             ("POOL-FIND",),
             f"find answered {later[0]} (block {found}), stored after {expect} with its hash",
         )
@@ -398,7 +404,7 @@ class PoolScript:
             "a write answered with a block already held (of the same hash: a reference more), "
             "not a block of its own",
             ("POOL-REFS",),
-            f"writes {first} and {second} both answered block {self.ids[first]}",
+            f"{first} and the write of {second}, of one hash, are both block {self.ids[first]}",
         )
 
     def _still_found(self, label: str) -> bool:

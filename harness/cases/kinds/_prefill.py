@@ -202,10 +202,15 @@ class PrefillRun:
         """PullKv of `hashes` in `kv_format` fails with `status` (XFER-PULL-REFUSED, SHOULD): a
         stream that leaves a block out, or stops after its first chunks, would hand the client a
         sequence with a hole in it."""
+
+        def pull() -> str:  # what was streamed, said in a line (not the payloads)
+            chunks = self.transfer.pulled(hashes, kv_format, offered=True)
+            return f"{len(chunks)} chunks of " + ", ".join(f"{c.block_hash:#018x}" for c in chunks)
+
         refused_with(
             status,
             f"PullKv of {', '.join(f'{h:#018x}' for h in hashes)} in kv_format {kv_format}",
-            lambda: self.transfer.pulled(hashes, kv_format),
+            pull,
             ["XFER-PULL-REFUSED"],
         )
 
