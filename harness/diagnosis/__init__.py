@@ -37,7 +37,8 @@ from ..evidence import (
     ValuesEvidence,
 )
 from ._causes import FAULT, REFUSED_INSTEAD, VALID_REFUSED, Attribution, Cause, Finding
-from ._crc_signatures import CRC_FAMILY, client_chunk_crc_cause
+from ._chunk_crc import client_chunk_crc_cause
+from ._crc_signatures import CRC_FAMILY
 from ._envelope import envelope_attribution
 from ._faults import fault_title, own_fault_cause, valid_input_fault_cause
 from ._hash_signatures import hash_causes

@@ -87,6 +87,15 @@ SUBNORMALS: dict[str, tuple[str, Callable[[np.ndarray, Callable], np.ndarray]]] 
     ),
 }
 OVERFLOWS = (RIGHT, "saturated")
+# A mantissa rounded up to the next power of two losing its carry into the exponent field: the
+# code assembled with | (where the field below is odd, it already has the bit), or always.
+CARRIES = {
+    "or": "assembled with | instead of + from the exponent field and the rounded mantissa: a "
+    "mantissa rounding up to the next power of two loses its carry where the exponent field is "
+    "odd (the value written at half)",
+    "dropped": "a mantissa rounding up to the next power of two does not carry into the "
+    "exponent (the value written at half)",
+}
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,8 @@ class Encoder:
     bias_offset: int = 0
     overflow: str = RIGHT
     # "unsigned": the sign taken from x < 0 rather than from the sign bit, so -0.0 is +0
+    # CARRIES' key: the rounding's carry into the exponent lost
+    carry: str = RIGHT
     zero_sign: str = RIGHT
 
     def encode(self, fmt: Minifloat, x: np.ndarray) -> np.ndarray:
@@ -120,6 +131,12 @@ class Encoder:
         code_normal = ((e + fmt.bias + self.bias_offset) << m) + mantissa - (1 << m)
         t = np.ldexp(a, m - emin)
         code_sub = SUBNORMALS[self.subnormals][1](t, rounded).astype(np.int64)
+        if self.carry != RIGHT:
+            # carried: a mantissa that rounded up to the next power of two, from a normal below
+            carried = normal & (mantissa == 1 << (m + 1)) & (code_normal >> m >= 2)
+            if self.carry == "or":
+                carried &= (code_normal >> m) % 2 == 0
+            code_normal = np.where(carried, code_normal - (1 << m), code_normal)
         code = np.where(normal, code_normal, code_sub)
         # Past the range: a rounding toward zero's magnitude stops at the largest finite code
         # (IEEE 754's directed roundings), as a saturating encoder's does.
@@ -154,6 +171,11 @@ class Encoder:
             return f"{p}-subnormals:{self.subnormals}", (
                 f"{fmt.name} subnormals {SUBNORMALS[self.subnormals][0]}"
             )
+        if self.carry != RIGHT:
+            return (
+                f"{fmt.prefix}-encode-carry:{self.carry}",
+                f"the {fmt.name} code {CARRIES[self.carry]}",
+            )
         if self.zero_sign != RIGHT:
             return f"{p}-negative-zero-unsigned", (
                 f"-0.0 written as the {fmt.name} code of +0.0 (the sign taken from x < 0, "
@@ -180,6 +202,8 @@ def single_mistakes(fmt: Minifloat) -> list[Encoder | OverflowRule]:
     found += [Encoder(subnormals=s) for s in SUBNORMALS if s != RIGHT]
     if fmt is E4M3:
         found += [Encoder(bias_offset=-1), Encoder(bias_offset=1), Encoder(zero_sign="unsigned")]
+    else:  # e4m3's carry is fitted on whole records with their scales (_v2_layout)
+        found += [Encoder(carry=c) for c in CARRIES]
     return [*found, Encoder(overflow="saturated"), *(OVERFLOW_RULES if fmt is F16 else ())]
 
 
@@ -426,53 +450,3 @@ def decode_causes(
 
 
 # -- one step off, no rule found -----------------------------------------------------------
-
-
-def _direction(steps: np.ndarray) -> str:
-    if (steps < 0).all():
-        return "toward zero"
-    return "away from zero" if (steps > 0).all() else "toward and away from zero"
-
-
-def e4m3_one_step_causes(want: np.ndarray, got: np.ndarray) -> list[Cause]:
-    """Codes each one e4m3 step from the due ones (same sign, magnitude one apart), where no
-    rounding rule of the model gives them: what was observed, said as that."""
-    differ = want != got
-    w, g = want[differ].astype(np.int16), got[differ].astype(np.int16)
-    if not w.size or ((w & 0x80) != (g & 0x80)).any():
-        return []
-    steps = (g & 0x7F) - (w & 0x7F)
-    if (np.abs(steps) != 1).any() or ((g & 0x7F) == 0x7F).any():
-        return []
-    return [
-        Cause(
-            "v2-codes-one-step",
-            f"e4m3 codes one step {_direction(steps)} from the nearest-even ones, for "
-            "quotients no rounding rule of the model rounds so (a rounding written by hand)",
-            E4M3.reqs,
-            f"{int(differ.sum())} of {differ.size} codes differ, each by one step",
-        )
-    ]
-
-
-def scale_one_ulp_causes(want: np.ndarray, got: np.ndarray) -> list[Cause]:
-    """Scales each one f32 unit in the last place from amax / 448 (another formula than the
-    f32 division, rounded otherwise)."""
-    differ = want.view(np.uint32) != got.view(np.uint32)
-    w, g = want[differ], got[differ]
-    if not w.size or not (np.isfinite(g) & (np.sign(g) == np.sign(w))).all():
-        return []
-    steps = g.view(np.int32).astype(np.int64) - w.view(np.int32).astype(np.int64)
-    if (np.abs(steps) != 1).any():
-        return []
-    way = "above" if (steps > 0).all() else "below" if (steps < 0).all() else "above or below"
-    return [
-        Cause(
-            "v2-scale-one-ulp",
-            f"scales one f32 unit in the last place {way} amax / 448 (computed another way "
-            "than the f32 division, or rounded otherwise)",
-            ("V2-SCALE",),
-            f"{int(differ.sum())} of {differ.size} scales differ, each by one unit in the last "
-            "place",
-        )
-    ]

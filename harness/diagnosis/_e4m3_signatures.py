@@ -14,11 +14,9 @@ from ._codec_model import (
     E4M3,
     _same_bits,
     _scales_of,
-    e4m3_one_step_causes,
     fitting_encoders,
     named,
     scale_model_causes,
-    scale_one_ulp_causes,
 )
 
 F32 = np.float32
@@ -362,5 +360,58 @@ def overflow_threshold_causes(q: np.ndarray, want: np.ndarray, got: np.ndarray) 
             "below the format's 448 (NaN is due only past 464, where 448 is not the nearest)",
             E4M3.reqs,
             evidence,
+        )
+    ]
+
+
+# -- one step or one unit off, where no model says how ---------------------------------------
+
+
+def _direction(steps: np.ndarray) -> str:
+    if (steps < 0).all():
+        return "toward zero"
+    return "away from zero" if (steps > 0).all() else "toward and away from zero"
+
+
+def e4m3_one_step_causes(want: np.ndarray, got: np.ndarray) -> list[Cause]:
+    """Codes each one e4m3 step from the due ones (same sign, magnitude one apart), where no
+    rounding rule of the model gives them: what was observed, said as that."""
+    differ = want != got
+    w, g = want[differ].astype(np.int16), got[differ].astype(np.int16)
+    if not w.size or ((w & 0x80) != (g & 0x80)).any():
+        return []
+    steps = (g & 0x7F) - (w & 0x7F)
+    if (np.abs(steps) != 1).any() or ((g & 0x7F) == 0x7F).any():
+        return []
+    return [
+        Cause(
+            "v2-codes-one-step",
+            f"e4m3 codes one step {_direction(steps)} from the nearest-even ones, for "
+            "quotients no rounding rule of the model rounds so (a rounding written by hand)",
+            E4M3.reqs,
+            f"{int(differ.sum())} of {differ.size} codes differ, each by one step",
+        )
+    ]
+
+
+def scale_one_ulp_causes(want: np.ndarray, got: np.ndarray) -> list[Cause]:
+    """Scales each one f32 unit in the last place from amax / 448 (another formula than the
+    f32 division, rounded otherwise)."""
+    differ = want.view(np.uint32) != got.view(np.uint32)
+    w, g = want[differ], got[differ]
+    if not w.size or not (np.isfinite(g) & (np.sign(g) == np.sign(w))).all():
+        return []
+    steps = g.view(np.int32).astype(np.int64) - w.view(np.int32).astype(np.int64)
+    if (np.abs(steps) != 1).any():
+        return []
+    way = "above" if (steps > 0).all() else "below" if (steps < 0).all() else "above or below"
+    return [
+        Cause(
+            "v2-scale-one-ulp",
+            f"scales one f32 unit in the last place {way} amax / 448 (computed another way "
+            "than the f32 division, or rounded otherwise)",
+            ("V2-SCALE",),
+            f"{int(differ.sum())} of {differ.size} scales differ, each by one unit in the last "
+            "place",
         )
     ]

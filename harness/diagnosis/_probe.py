@@ -18,14 +18,8 @@ from ..adapters import Adapter, Chunk, Transfer
 from ..errors import ImplementationFault, NotObservable, Refused
 from ..evidence import RefusalEvidence
 from ._causes import Cause
-from ._crc_signatures import (
-    CHUNK_PROBED,
-    ChunkCrcModel,
-    chunk_crc_cause,
-    found_in_reader,
-    reader_crc_cause,
-    resealed_variants,
-)
+from ._chunk_crc import CHUNK_PROBED, ChunkCrcModel, chunk_crc_cause
+from ._crc_signatures import found_in_reader, reader_crc_cause, resealed_variants
 from ._crc_tables import table_found_in_reader, table_resealed
 
 # The registry probe's blocks: two written, then two imported, all full, in four different

@@ -37,6 +37,7 @@ from ...evidence import (
 from ...testee import Testee
 from .._sources import BlockPlan
 from ._base import import_order_evidence, import_order_message
+from ._live_blocks import LiveBlocks
 
 # The pool a case's steps act on until a `use` step names another.
 FIRST_POOL = "first"
@@ -79,10 +80,7 @@ class PoolScript:
         # (pool, ids, records) of the last import, for the diagnosis
         self.last_import: tuple[str, list[int], list[oracle.Record]] | None = None
         self.history: list[PoolStep] = []  # the steps run so far with their answers, likewise
-        # (pool, label) -> block id of each block written and not released since, and the first
-        # two labels a write answered with a block another of them holds, for the diagnosis
-        self.live: dict[tuple[str, str], int] = {}
-        self.shared_write: tuple[str, str] | None = None
+        self.live = LiveBlocks()  # the blocks held, for the diagnosis
 
     @property
     def pool(self) -> PoolHandle:
@@ -186,20 +184,8 @@ class PoolScript:
                 raise CaseFailure(f"write refused with {refusal.code}", mistake) from None
             raise
         self._registered(plan.block_hash, block)
-        holder = next(
-            (
-                label
-                for (pool, label), held in self.live.items()
-                if pool == self.in_use
-                and held == block
-                and self.plans[label].block_hash == plan.block_hash
-            ),
-            None,
-        )
-        if holder is not None and self.shared_write is None:
-            self.shared_write = (holder, plan.label or "a block")
+        self.live.stored(self.in_use, plan.label, block, plan.block_hash, written=True)
         if plan.label:
-            self.live[(self.in_use, plan.label)] = block
             self.ids[plan.label] = block
             self.plans[plan.label] = plan
             self.sources.pop(plan.label, None)
@@ -248,7 +234,7 @@ class PoolScript:
             )
             return
         self.pool.release(self.block(arg["block"]))
-        self.live.pop((self.in_use, arg["block"]), None)
+        self.live.released(self.in_use, arg["block"])
         if (key := (self.in_use, arg["block"])) in self.references:
             held, releases = self.references[key]
             self.references[key] = (held - 1, releases + 1)
@@ -346,30 +332,8 @@ class PoolScript:
                 message,
                 self._shared_registry(block_hash, f"answered block {found}", found)
                 or permuted
-                or self._taken_over(block_hash, expect, found),
+                or self.live.taken_over(self.in_use, block_hash, expect, found),
             )
-
-    def _taken_over(self, block_hash: int, expect: str, found: int) -> KnownMistake | None:
-        """find answered a block stored after the expected one with the same hash, both held:
-        the later block took the registration over (an insert-or-assign, registry[h] = b)."""
-        labels = [label for pool, label in self.live if pool == self.in_use]
-        if expect not in labels:
-            return None
-        later = [
-            label
-            for label in labels[labels.index(expect) + 1 :]
-            if self.live[(self.in_use, label)] == found
-            and self.plans[label].block_hash == block_hash
-        ]
-        if not later:
-            return None
-        return KnownMistake(
-            "registry-taken-over-by-duplicate",
-            "a hash registered again by a later block of the same hash: the registration taken "
-            "over (an insert-or-assign), so find answers the later block",
-            ("POOL-FIND",),
-            f"find answered {later[0]} (block {found}), stored after {expect} with its hash",
-        )
 
     def _import_order(self) -> OrderEvidence | None:
         """The last import's ids read back, where they hold its records in another order."""
@@ -388,24 +352,10 @@ class PoolScript:
             evidence = CountEvidence(expected, got, "release" in self.done)
             raise CaseFailure(
                 f"free_blocks() = {got}, expected {expected}",
-                (self._one_block_written_twice() if got > expected else None)
+                (self.live.written_twice() if got > expected else None)
                 or (self._freed_while_held() if got > expected else None)
                 or evidence,
             )
-
-    def _one_block_written_twice(self) -> KnownMistake | None:
-        """A write answered with the block of another write, still held (a prefix cache's
-        lookup in the write path): the pool took one block where two were due."""
-        if self.shared_write is None:
-            return None
-        first, second = self.shared_write
-        return KnownMistake(
-            "write-answers-a-held-block",
-            "a write answered with a block already held (of the same hash: a reference more), "
-            "not a block of its own",
-            ("POOL-REFS",),
-            f"{first} and the write of {second}, of one hash, are both block {self.ids[first]}",
-        )
 
     def _still_found(self, label: str) -> bool:
         """Whether find answers the block by its hash (a probe of the failed case: any other
@@ -513,7 +463,7 @@ class PoolScript:
         for record, block in zip(envelope.records, ids, strict=False):
             self._registered(record.block_hash, block)
         for label, block, record in zip(arg.get("as", []), ids, envelope.records, strict=False):
-            self.live[(self.in_use, label)] = block
+            self.live.stored(self.in_use, label, block, record.block_hash, written=False)
             self.ids[label] = block
             self.imported.add(label)
             self.sources[label] = (bytes(arg["data"]), record.offset)
