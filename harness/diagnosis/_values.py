@@ -83,7 +83,7 @@ def values_attribution(
     if not (differ & ~past).any():
         return _past_fill_causes(ev, actual, past, differ, decoded), reqs
     causes = _nan_causes(expected, actual, differ) or _fill_boundary_causes(
-        expected, actual, fill, imported=ev.source is not None
+        expected, actual, fill, ev.source is not None, _held(ev.written, ev.dtype)
     )
 
     def store_misrounds() -> bool:
@@ -179,9 +179,9 @@ def _past_fill_causes(
     return []
 
 
-# Where a block's fill may be taken to end, wrongly, in each slab [n_tokens][head_dim]:
+# Where a block's fill may be taken to end, wrongly, in each slab [block_tokens][head_dim]:
 # (name, what it keeps, which values of the slab it zeroes given its positions, its dims and
-# n_tokens).
+# n_tokens). What it does not zero past the fill is what the pool was given there.
 _FILL_BOUNDARIES = (
     (
         "elements",
@@ -193,26 +193,44 @@ _FILL_BOUNDARIES = (
         "head-dim-axis",
         "only the first n_tokens dims of each position (the fill taken along head_dim, not "
         "along the positions)",
-        lambda b, d, n, dim: (d >= n) | (b >= n),
+        lambda b, d, n, dim: d >= n,
     ),
 )
 
 
+def _held(values: np.ndarray | None, dtype: str) -> np.ndarray | None:
+    """`values` as a pool of `dtype` holds them."""
+    if values is None:
+        return None
+    return oracle.round_to_f16(values) if dtype == "f16" else np.asarray(values, dtype=F32)
+
+
 def _fill_boundary_causes(
-    expected: np.ndarray, actual: np.ndarray, fill: int, imported: bool
+    expected: np.ndarray,
+    actual: np.ndarray,
+    fill: int,
+    imported: bool,
+    given: np.ndarray | None = None,
 ) -> list[Cause]:
-    """A block of which the pool keeps less than its fill, the rest read back as +0: named for
-    the boundary that gives every value read back exactly (a full block's fill too: the
-    boundary is computed for every record)."""
+    """A block of which the pool keeps other values than its fill, the rest read back as +0:
+    named for the boundary that gives every value read back exactly (a full block's fill too:
+    the boundary is computed for every record). `given`: what a write gave the pool past the
+    fill (in its precision; an import's padding is 0, as `expected` has it)."""
     positions, dims = expected.shape[-2:]
     if fill <= 0:
         return []
     b = np.arange(positions)[:, None]
     d = np.arange(dims)[None, :]
+    past = np.broadcast_to(b >= fill, expected.shape)
+    base = (
+        expected
+        if given is None or given.shape != expected.shape
+        else np.where(past, given, expected)
+    )
     causes = []
     for name, kept, zeroed in _FILL_BOUNDARIES:
         mask = np.broadcast_to(zeroed(b, d, fill, dims), expected.shape)
-        predicted = np.where(mask, F32(0), expected).astype(F32)
+        predicted = np.where(mask, F32(0), base).astype(F32)
         if not _same(predicted, expected).all() and _same(predicted, actual).all():
             causes.append(
                 Cause(
