@@ -152,8 +152,8 @@ def _past_fill_causes(
                 )
             ]
     for old in ev.released:
-        held = oracle.round_to_f16(old) if ev.dtype == "f16" else np.asarray(old, dtype=F32)
-        if held.shape == actual.shape and _same(held, actual)[past].all():
+        held = _held(old, ev.dtype)
+        if held is not None and held.shape == actual.shape and _same(held, actual)[past].all():
             return [
                 Cause(
                     "slot-not-cleared",
